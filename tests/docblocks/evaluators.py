@@ -1,0 +1,141 @@
+"""How each kind of fenced block is checked.
+
+``python`` blocks run with ``exec`` in the page's namespace, with their printed
+output captured. ``output`` blocks are compared with what the python block
+above them printed. ``data`` blocks are parsed. See ``blocks.py`` for the
+rules and ``plugin.py`` for how pytest collects them.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+import threading
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+
+import pytest
+import yaml
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+WILDCARD = "..."
+
+
+@dataclass
+class PythonBlock:
+    """A python block. ``printed`` is what its last run wrote to stdout (None: not run)."""
+
+    source: str
+    kind: str = "python"
+    printed: str | None = None
+
+
+@dataclass
+class ExpectedOutput:
+    """An ``output`` block and the python block whose printed text it shows."""
+
+    text: str
+    source_block: PythonBlock | None
+    kind: str = "output"
+
+
+@dataclass
+class DataBlock:
+    source: str
+    language: str
+    kind: str = "data"
+
+
+@dataclass
+class Problem:
+    """A block the author must fix (unmarked, misplaced output, ...): its item fails."""
+
+    message: str
+    kind: str = "unmarked"
+
+
+class MainThreadOnly(io.TextIOBase):
+    """A stdout that keeps only what the block's own thread prints.
+
+    Ray's driver prints worker logs (``(pid=123) ...``) from a background
+    thread at unpredictable times. They must not leak into the text that an
+    ``output`` block is compared with, so they go to the real stdout instead.
+    """
+
+    def __init__(self, captured: io.StringIO, passthrough) -> None:
+        self.captured = captured
+        self.passthrough = passthrough
+        self.owner = threading.current_thread()
+
+    def write(self, text: str) -> int:
+        target = self.captured if threading.current_thread() is self.owner else self.passthrough
+        return target.write(text)
+
+    def flush(self) -> None:
+        self.passthrough.flush()
+
+
+def run_python(example) -> None:
+    block: PythonBlock = example.parsed
+    block.printed = None
+    # Leading newlines make tracebacks point at the right line of the .md file.
+    code = compile("\n" * example.line + block.source, example.path, "exec")
+    captured = io.StringIO()
+    with redirect_stdout(MainThreadOnly(captured, sys.stdout)):
+        exec(code, example.namespace)
+    block.printed = captured.getvalue()
+    sys.stdout.write(block.printed)  # visible with `pytest -s`
+
+
+def run_gpu_python(example) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+    run_python(example)
+
+
+def normalise(text: str) -> str:
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip("\n")
+
+
+def output_matches(expected: str, actual: str) -> bool:
+    """True if ``actual`` equals ``expected``, where ``...`` in expected matches any text."""
+    pattern = ".*?".join(re.escape(part) for part in normalise(expected).split(WILDCARD))
+    return re.fullmatch(pattern, normalise(actual), flags=re.DOTALL) is not None
+
+
+def check_output(example) -> str | None:
+    expected: ExpectedOutput = example.parsed
+    if expected.source_block is None:
+        return "an `output` block must come right after a `python` block"
+    printed = expected.source_block.printed
+    if printed is None:
+        return "the python block above this output did not run, or it failed"
+    if output_matches(expected.text, printed):
+        return None
+    return (
+        "printed output differs from the page's `output` block\n"
+        f"--- page shows ---\n{normalise(expected.text)}\n"
+        f"--- block printed ---\n{normalise(printed)}"
+    )
+
+
+def check_data(example) -> None:
+    block: DataBlock = example.parsed
+    if block.language in ("yaml", "yml"):
+        list(yaml.safe_load_all(block.source))
+    elif block.language == "json":
+        json.loads(block.source)
+    elif block.language == "toml":
+        tomllib.loads(block.source)
+
+
+def report_problem(example) -> str:
+    return example.parsed.message
