@@ -143,10 +143,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
     terminalreporter.write_sep("=", "doc blocks")
     terminalreporter.write_line(f"pages: {pages} ({pages // 2} per language)")
-    terminalreporter.write_line(f"python blocks executed: {blocks['python']} ({ran('python')})")
-    terminalreporter.write_line(f"output blocks compared: {blocks['output']} ({ran('output')})")
-    terminalreporter.write_line(f"gpu-only python blocks: {blocks['gpu']} ({ran('gpu') or 'none'})")
-    terminalreporter.write_line(f"data blocks: {blocks['data']} (parsed: {ran('data') or 'none'})")
+    rows = [
+        ("python blocks (executed)", "python"),
+        ("output blocks (compared)", "output"),
+        ("gpu-only python blocks", "gpu"),
+        ("data blocks (parsed)", "data"),
+    ]
+    for label, kind in rows:
+        terminalreporter.write_line(f"{label}: {blocks[kind]} on the site; this run: {ran(kind) or 'none'}")
     terminalreporter.write_line(f"illustration blocks (shown, not run): {blocks['illustration']}")
     if blocks["unmarked"]:
         terminalreporter.write_line(f"UNMARKED blocks (failing): {blocks['unmarked']}", red=True)
