@@ -4,4 +4,4 @@ It lives here, outside ``docs_dir``, so MkDocs never publishes it; the plugin
 itself is ``tests/docblocks/plugin.py``.
 """
 
-pytest_plugins = ["tests.docblocks.plugin"]
+pytest_plugins = ["tests.docblocks.plugin", "pytester"]

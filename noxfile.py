@@ -34,9 +34,7 @@ def docs(session: nox.Session) -> None:
 def serve(session: nox.Session) -> None:
     """Serve the site with live reload on http://127.0.0.1:8000 (English; 简体中文 under /zh/)."""
     session.install(*CONSTRAINTS, "-e", ".[docs]")
-    session.run(
-        "mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"}
-    )
+    session.run("mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 @nox.session

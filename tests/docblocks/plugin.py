@@ -67,7 +67,9 @@ def parse_blocks(document: Document) -> Iterator[Region]:
             previous_python = PythonBlock(source, kind="gpu")
             yield Region(region.start, region.end, previous_python, run_gpu_python)
         elif verdict.kind == "output":
-            yield Region(region.start, region.end, ExpectedOutput(source, follows_python), check_output)
+            yield Region(
+                region.start, region.end, ExpectedOutput(source, follows_python), check_output
+            )
         elif verdict.kind == "data" and verdict.language in DATA_LANGUAGES:
             yield Region(region.start, region.end, DataBlock(source, verdict.language), check_data)
         elif verdict.kind == "unmarked":
@@ -150,7 +152,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         ("data blocks (parsed)", "data"),
     ]
     for label, kind in rows:
-        terminalreporter.write_line(f"{label}: {blocks[kind]} on the site; this run: {ran(kind) or 'none'}")
+        terminalreporter.write_line(
+            f"{label}: {blocks[kind]} on the site; this run: {ran(kind) or 'none'}"
+        )
     terminalreporter.write_line(f"illustration blocks (shown, not run): {blocks['illustration']}")
     if blocks["unmarked"]:
         terminalreporter.write_line(f"UNMARKED blocks (failing): {blocks['unmarked']}", red=True)

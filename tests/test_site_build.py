@@ -1,0 +1,115 @@
+"""The built site: both languages, a working language switch, Chinese search, and a
+build that fails when a translation is missing or a link is broken.
+
+Each test builds a copy of the site with `mkdocs build --strict`, so the
+real ``mkdocs.yml`` and hook are exercised. The healthy build is shared by
+the checks on its output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_site_sources(dest: Path) -> Path:
+    for item in ("mkdocs.yml", "docs", "tools"):
+        source = REPO / item
+        if source.is_dir():
+            shutil.copytree(source, dest / item, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(source, dest / item)
+    return dest
+
+
+def build(project: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    project = copy_site_sources(tmp_path_factory.mktemp("healthy"))
+    result = build(project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return project / "site"
+
+
+def english_pages(site: Path) -> list[Path]:
+    return sorted(p for p in site.rglob("index.html") if not p.relative_to(site).parts[0] == "zh")
+
+
+def test_both_languages_are_built(site):
+    pages = english_pages(site)
+    assert len(pages) >= 10
+    for page in pages:
+        zh = site / "zh" / page.relative_to(site)
+        assert zh.exists(), f"no Chinese build of {page.relative_to(site)}"
+        assert '<html lang="zh"' in zh.read_text("utf-8")
+
+
+def test_language_switch_lands_on_the_same_page(site):
+    for page in english_pages(site):
+        path = page.relative_to(site)
+        html = page.read_text("utf-8")
+        switch = re.search(r'href="([^"]+)" hreflang="zh"', html)
+        assert switch, f"{path}: no link to the Chinese version"
+        assert (page.parent / switch[1]).resolve() == (site / "zh" / path).parent.resolve()
+        zh_html = (site / "zh" / path).read_text("utf-8")
+        back = re.search(r'href="([^"]+)" hreflang="en"', zh_html)
+        assert back and ((site / "zh" / path).parent / back[1]).resolve() == page.parent.resolve()
+
+
+def test_chinese_body_text_is_searchable(site):
+    index = json.loads((site / "search" / "search_index.json").read_text("utf-8"))
+    assert "\\u200b" in index["config"]["separator"]
+    zh_docs = [d for d in index["docs"] if d["location"].startswith("zh/")]
+    assert zh_docs, "no Chinese pages in the search index"
+    # jieba segments body text into words joined by U+200B, which the separator splits on.
+    glossary = [d for d in zh_docs if d["location"] == "zh/glossary/"]
+    text = " ".join(d["text"] for d in zh_docs)
+    assert "\u200b" in text and glossary
+    words = set(re.split(index["config"]["separator"], text))
+    assert {"调度", "对象"} <= words, "Chinese words from body text are not separate search terms"
+
+
+def test_missing_translation_fails_the_build(tmp_path):
+    project = copy_site_sources(tmp_path)
+    (project / "docs" / "glossary.zh.md").unlink()
+    result = build(project)
+    assert result.returncode != 0
+    assert "glossary.md has no twin glossary.zh.md" in result.stderr
+
+
+def test_broken_link_fails_the_build(tmp_path):
+    project = copy_site_sources(tmp_path)
+    page = project / "docs" / "ray-core" / "tasks.md"
+    page.write_text(page.read_text("utf-8") + "\nSee [nowhere](no-such-page.md).\n", "utf-8")
+    result = build(project)
+    assert result.returncode != 0
+    assert "no-such-page.md" in result.stderr
+
+
+def test_broken_anchor_fails_the_build(tmp_path):
+    project = copy_site_sources(tmp_path)
+    page = project / "docs" / "glossary.zh.md"
+    page.write_text(page.read_text("utf-8") + "\n[坏锚点](errata.md#no-such-entry)\n", "utf-8")
+    result = build(project)
+    assert result.returncode != 0
+    assert "no-such-entry" in result.stderr
