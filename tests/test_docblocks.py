@@ -7,6 +7,7 @@ that ``tests/docblocks/plugin.py`` uses for ``docs/``.
 
 from __future__ import annotations
 
+import os
 import textwrap
 
 import pytest
@@ -27,6 +28,9 @@ pytest_collect_file = Sybil(
 """
 
 FENCE = "```"
+# pytester points HOME at a temp dir; Ray keeps its auth token under ~/.ray, and a
+# process that already started Ray once must find the same token again.
+REAL_HOME = os.environ.get("HOME", "")
 
 
 def page(text: str) -> str:
@@ -161,8 +165,9 @@ def test_gpu_block_is_skipped_with_a_reason_without_cuda(pytester):
     result.stdout.fnmatch_lines(["*needs a CUDA GPU*"])
 
 
-def test_ray_is_shut_down_after_a_page_whose_block_failed(pytester):
+def test_ray_is_shut_down_after_a_page_whose_block_failed(pytester, monkeypatch):
     ray = pytest.importorskip("ray")
+    monkeypatch.setenv("HOME", REAL_HOME)
     assert not ray.is_initialized()
     result = run_page(
         pytester,

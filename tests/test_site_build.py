@@ -64,16 +64,23 @@ def test_both_languages_are_built(site):
         assert '<html lang="zh"' in zh.read_text("utf-8")
 
 
+def target(site: Path, page: Path, href: str) -> Path:
+    """The directory a link on `page` points to; absolute links start at the site root."""
+    if href.startswith("/"):
+        return (site / href.lstrip("/")).resolve()
+    return (page.parent / href).resolve()
+
+
 def test_language_switch_lands_on_the_same_page(site):
     for page in english_pages(site):
         path = page.relative_to(site)
-        html = page.read_text("utf-8")
-        switch = re.search(r'href="([^"]+)" hreflang="zh"', html)
+        zh_page = site / "zh" / path
+        switch = re.search(r'href="([^"]+)" hreflang="zh"', page.read_text("utf-8"))
         assert switch, f"{path}: no link to the Chinese version"
-        assert (page.parent / switch[1]).resolve() == (site / "zh" / path).parent.resolve()
-        zh_html = (site / "zh" / path).read_text("utf-8")
-        back = re.search(r'href="([^"]+)" hreflang="en"', zh_html)
-        assert back and ((site / "zh" / path).parent / back[1]).resolve() == page.parent.resolve()
+        assert target(site, page, switch[1]) == zh_page.parent.resolve(), path
+        back = re.search(r'href="([^"]+)" hreflang="en"', zh_page.read_text("utf-8"))
+        assert back, f"zh/{path}: no link back to English"
+        assert target(site, zh_page, back[1]) == page.parent.resolve(), path
 
 
 def test_chinese_body_text_is_searchable(site):
