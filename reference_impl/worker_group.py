@@ -1,0 +1,361 @@
+"""`RayClassWithInitArgs` and `RayWorkerGroup`: the driver's handle on all ranks of a role.
+
+``RayWorkerGroup(resource_pool, RayClassWithInitArgs(MyWorker, ...))`` starts
+one Ray actor per slot of the pool, each an instance of ``MyWorker`` (a
+:class:`~reference_impl.worker.Worker` subclass) with its rank in the
+environment. Every method of ``MyWorker`` decorated with ``@register`` becomes
+a plain method of the group: ``wg.generate(batch)`` dispatches, executes and
+collects as described in :mod:`reference_impl.decorator`. Undecorated methods
+are reachable with ``wg.execute_all_sync("name", ...)``.
+
+veRL's argument rule for ``execute_all*``: if every positional and keyword
+argument is a list of length ``world_size``, rank ``i`` gets element ``i``;
+otherwise every rank gets the arguments as given.
+
+Follows ``verl/single_controller/ray/base.py`` and
+``verl/single_controller/base/worker_group.py`` at veRL commit b178a3cd.
+Differences: failures name the group, the rank and the method; a DataProto
+that does not split is padded only when asked; execution on rank zero passes
+rank 0's share of the dispatched arguments (veRL passes the per-rank lists).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from reference_impl.data_proto import (
+    BatchSplitError,
+    DataProto,
+    pad_dataproto_to_divisor,
+    unpad_dataproto,
+)
+from reference_impl.decorator import (
+    Dispatch,
+    Execute,
+    Registration,
+    dispatch_mode_fns,
+)
+from reference_impl.resource_pool import RayResourcePool
+from reference_impl.worker import get_master_addr_port
+
+
+class WorkerGroupError(RuntimeError):
+    """A call on a worker group failed on one of its ranks."""
+
+
+class WorkerDiedError(WorkerGroupError):
+    """A rank's process died before or during a call."""
+
+
+class RayClassWithInitArgs:
+    """A worker class and the arguments for its constructor, to be started later.
+
+    Args:
+        cls: a :class:`~reference_impl.worker.Worker` subclass, plain or already
+            decorated with ``@ray.remote`` (both forms appear in veRL's code).
+        *args, **kwargs: passed to ``cls.__init__`` in every actor.
+    """
+
+    def __init__(self, cls, *args, **kwargs) -> None:
+        self.cls = cls
+        self.args = args
+        self.kwargs = kwargs
+        self.options: dict[str, Any] = {}
+        # Set by create_colocated_worker_cls: the role classes a spawn() can bind.
+        self.role_classes: dict[str, type] = {}
+
+    @property
+    def user_class(self) -> type:
+        """The Python class, unwrapped from ``@ray.remote`` if needed."""
+        return getattr(self.cls, "__ray_actor_class__", self.cls)
+
+    def update_options(self, options: dict[str, Any]) -> None:
+        """Extra ``.options(...)`` for every actor, e.g. ``{"max_concurrency": 2}``."""
+        self.options.update(options)
+
+
+class GroupMethod:
+    """A registered worker method bound to a group: a call runs dispatch, execute, collect."""
+
+    def __init__(self, group: RayWorkerGroup, name: str, registration: Registration, doc: str):
+        self.group, self.name, self.registration = group, name, registration
+        self.__doc__ = doc
+
+    def __call__(self, *args, **kwargs):
+        return self.group._call(self.name, self.registration, args, kwargs)
+
+    def __repr__(self) -> str:
+        mode = self.registration.dispatch_mode
+        return f"<group method {self.name} dispatch={getattr(mode, 'name', 'custom')}>"
+
+
+class RayWorkerGroup:
+    """All ranks of one role: ``world_size`` Ray actors, one per slot of a resource pool.
+
+    Args:
+        resource_pool: where the actors go; one actor per slot.
+        ray_cls_with_init: the worker class and its constructor arguments.
+        name_prefix: prefix of the actors' names (default: 6 random hex digits).
+        worker_env: extra environment variables for every actor.
+
+    Actor names read ``{name_prefix}{WorkerClass}_{node}:{local_rank}``.
+
+    Raises:
+        PlacementTimeoutError: if the pool cannot be placed.
+        ValueError: if ``worker_env`` tries to override a rank variable.
+    """
+
+    RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+    def __init__(
+        self,
+        resource_pool: RayResourcePool | None = None,
+        ray_cls_with_init: RayClassWithInitArgs | None = None,
+        name_prefix: str | None = None,
+        worker_env: dict[str, str] | None = None,
+        bin_pack: bool = True,
+    ) -> None:
+        self._workers: list[ray.actor.ActorHandle] = []
+        self._worker_names: list[str] = []
+        self.role: str | None = None  # set on the groups that spawn() returns
+        if resource_pool is None:  # filled in by spawn()
+            return
+        self.resource_pool = resource_pool
+        # Random by default, as in veRL: two groups on one pool must not share actor names.
+        self.name_prefix = name_prefix if name_prefix is not None else uuid.uuid4().hex[:6]
+        self._role_classes = ray_cls_with_init.role_classes
+        self._start_workers(resource_pool, ray_cls_with_init, worker_env or {}, bin_pack)
+        self._bind_registered_methods(ray_cls_with_init.user_class)
+
+    # --- starting the actors -------------------------------------------------
+
+    def _start_workers(self, pool, cia: RayClassWithInitArgs, worker_env, bin_pack) -> None:
+        clash = set(worker_env) & {*self.RANK_VARIABLES, "MASTER_ADDR", "MASTER_PORT"}
+        if clash:
+            raise ValueError(f"worker_env may not set {sorted(clash)}: the group sets them")
+        slots = pool.slots(strategy="STRICT_PACK" if bin_pack else "PACK")
+        first = slots[0]
+        master_addr, master_port = ray.get(
+            get_master_addr_port.options(
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    first.placement_group, placement_group_bundle_index=first.bundle_index
+                )
+            ).remote()
+        )
+        by_node: dict[int, list[int]] = defaultdict(list)
+        for rank, slot in enumerate(slots):
+            by_node[id(slot.placement_group)].append(rank)
+        node_index = {pg: i for i, pg in enumerate(by_node)}
+
+        actor_cls = cia.cls if hasattr(cia.cls, "__ray_actor_class__") else ray.remote(cia.cls)
+        cls_name = cia.user_class.__name__
+        for rank, slot in enumerate(slots):
+            ranks_here = by_node[id(slot.placement_group)]
+            local_rank = ranks_here.index(rank)
+            name = (
+                f"{self.name_prefix}{cls_name}_{node_index[id(slot.placement_group)]}:{local_rank}"
+            )
+            env = {
+                **worker_env,
+                "RANK": str(rank),
+                "WORLD_SIZE": str(len(slots)),
+                "LOCAL_RANK": str(local_rank),
+                "LOCAL_WORLD_SIZE": str(len(ranks_here)),
+                "MASTER_ADDR": master_addr,
+                "MASTER_PORT": master_port,
+            }
+            options = {
+                **pool.actor_resources(),
+                "scheduling_strategy": PlacementGroupSchedulingStrategy(
+                    slot.placement_group, placement_group_bundle_index=slot.bundle_index
+                ),
+                "runtime_env": {"env_vars": env},
+                "name": name,
+                **cia.options,
+            }
+            if pool.detached:
+                options["lifetime"] = "detached"
+            self._workers.append(actor_cls.options(**options).remote(*cia.args, **cia.kwargs))
+            self._worker_names.append(name)
+
+    def _bind_registered_methods(self, user_class: type, role: str | None = None) -> None:
+        for name in dir(user_class):
+            registration = getattr(getattr(user_class, name, None), "registration", None)
+            if not isinstance(registration, Registration):
+                continue
+            if hasattr(self, name):
+                raise ValueError(f"worker method {name!r} clashes with a RayWorkerGroup attribute")
+            doc = getattr(user_class, name).__doc__ or ""
+            setattr(self, name, GroupMethod(self, name, registration, doc))
+
+    # --- the group's own API -------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        return len(self._workers)
+
+    @property
+    def workers(self) -> list[ray.actor.ActorHandle]:
+        """The Ray actor handles, in rank order."""
+        return self._workers
+
+    @property
+    def worker_names(self) -> list[str]:
+        return self._worker_names
+
+    def _remote_call(self, rank: int, method: str, args: tuple, kwargs: dict) -> ray.ObjectRef:
+        worker = self._workers[rank]
+        if self.role is None:
+            return getattr(worker, method).remote(*args, **kwargs)
+        return worker.call_role.remote(self.role, method, *args, **kwargs)
+
+    def _split_rule(self, args: tuple, kwargs: dict) -> bool:
+        values = [*args, *kwargs.values()]
+        return bool(values) and all(
+            isinstance(v, list | tuple) and len(v) == self.world_size for v in values
+        )
+
+    def execute_all_async(self, method_name: str, *args, **kwargs) -> list[ray.ObjectRef]:
+        """Call ``method_name`` on every rank; return one ``ObjectRef`` per rank.
+
+        If every argument is a list of length ``world_size``, rank ``i`` gets
+        element ``i`` of each; otherwise all ranks get the same arguments.
+        """
+        if self._split_rule(args, kwargs):
+            return [
+                self._remote_call(
+                    i, method_name, tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()}
+                )
+                for i in range(self.world_size)
+            ]
+        return [self._remote_call(i, method_name, args, kwargs) for i in range(self.world_size)]
+
+    def execute_all_sync(self, method_name: str, *args, **kwargs) -> list:
+        """``execute_all_async`` and wait: a list of results in rank order."""
+        return self.get(self.execute_all_async(method_name, *args, **kwargs), method_name)
+
+    execute_all = execute_all_sync
+
+    def execute_rank_zero_async(self, method_name: str, *args, **kwargs) -> ray.ObjectRef:
+        return self._remote_call(0, method_name, args, kwargs)
+
+    def execute_rank_zero_sync(self, method_name: str, *args, **kwargs) -> Any:
+        return self.get([self.execute_rank_zero_async(method_name, *args, **kwargs)], method_name)[
+            0
+        ]
+
+    execute_rank_zero = execute_rank_zero_sync
+
+    def get(self, refs: list[ray.ObjectRef], method: str, timeout_s: float | None = None) -> list:
+        """``ray.get`` the per-rank results; a failure names the group, the rank and the method.
+
+        Raises:
+            WorkerDiedError: a rank's process is dead.
+            WorkerGroupError: a rank raised (the original is the ``__cause__``),
+                or did not answer within ``timeout_s``.
+        """
+        try:
+            return ray.get(refs, timeout=timeout_s)  # the fast path: one call for all ranks
+        except (ray.exceptions.RayError, TimeoutError):
+            pass
+        for rank, ref in enumerate(refs):  # find the rank that failed, and say so
+            where = f"worker group {self.name_prefix!r}, rank {rank} ({self._worker_names[rank]})"
+            try:
+                ray.get(ref, timeout=0 if timeout_s is not None else None)
+            except ray.exceptions.RayActorError as err:
+                raise WorkerDiedError(
+                    f"{where} died during {method}(). Its state is lost; read its log "
+                    "(the dashboard, or `ray logs`), then recreate the group and resume "
+                    "from your last checkpoint."
+                ) from err
+            except ray.exceptions.GetTimeoutError as err:
+                raise WorkerGroupError(
+                    f"{where}: {method}() did not return within {timeout_s} s"
+                ) from err
+            except ray.exceptions.RayTaskError as err:
+                raise WorkerGroupError(
+                    f"{where}: {method}() raised {type(err.cause).__name__}: {err.cause}"
+                ) from err
+        raise AssertionError("ray.get failed but no rank did")  # pragma: no cover
+
+    # --- a registered method: dispatch -> execute -> collect -----------------
+
+    def _call(self, name: str, registration: Registration, args: tuple, kwargs: dict):
+        fns = dispatch_mode_fns(registration.dispatch_mode)
+        args, kwargs, pad_size = self._pad_if_asked(registration, args, kwargs)
+        per_rank_args, per_rank_kwargs = fns.dispatch_fn(self, *args, **kwargs)
+        if registration.execute_mode is Execute.RANK_ZERO:
+            if self._split_rule(per_rank_args, per_rank_kwargs):  # rank 0's share
+                per_rank_args = tuple(a[0] for a in per_rank_args)
+                per_rank_kwargs = {k: v[0] for k, v in per_rank_kwargs.items()}
+            refs = [self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)]
+        else:
+            refs = self.execute_all_async(name, *per_rank_args, **per_rank_kwargs)
+        if not registration.blocking:
+            return fns.collect_fn(self, refs)
+        output = fns.collect_fn(self, self.get(refs, name))
+        if pad_size and isinstance(output, DataProto):
+            output = unpad_dataproto(output, pad_size)
+        return output
+
+    def _pad_if_asked(self, registration: Registration, args: tuple, kwargs: dict):
+        """Pad DataProto arguments that do not split, but only when they ask for it."""
+        if registration.dispatch_mode not in (
+            Dispatch.DP_COMPUTE_PROTO,
+            Dispatch.DP_COMPUTE_METRIC,
+        ):
+            return args, kwargs, 0
+        batches = [v for v in [*args, *kwargs.values()] if isinstance(v, DataProto)]
+        if not batches or len(batches[0]) % self.world_size == 0:
+            return args, kwargs, 0
+        if not all(b.is_padding_enabled() for b in batches):
+            raise BatchSplitError(
+                f"{registration.dispatch_mode.name}: a batch of {len(batches[0])} does not split "
+                f"into world_size={self.world_size} equal parts. Pad it with "
+                f"pad_dataproto_to_divisor(data, {self.world_size}), or set "
+                "data.meta_info['auto_padding'] = True so that the group pads and unpads for you."
+            )
+        pad_size = 0
+
+        def pad(value):
+            nonlocal pad_size
+            if not isinstance(value, DataProto):
+                return value
+            padded, pad_size = pad_dataproto_to_divisor(value, self.world_size)
+            return padded
+
+        return tuple(pad(a) for a in args), {k: pad(v) for k, v in kwargs.items()}, pad_size
+
+    # --- colocation ----------------------------------------------------------
+
+    def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
+        """One group per role of a colocated worker, all sharing this group's actors.
+
+        Use on a group built from :func:`~reference_impl.colocation.create_colocated_worker_cls`:
+        ``spawn(class_dict.keys())`` returns ``{role: group}``, and
+        ``groups["actor"].update_policy(batch)`` runs the ``actor`` role's method
+        inside the shared processes.
+        """
+        unknown = set(prefix_set) - set(self._role_classes)
+        if unknown:
+            raise ValueError(
+                f"roles {sorted(unknown)} are not in this group's colocated class "
+                f"(it has {sorted(self._role_classes)}); build it with create_colocated_worker_cls"
+            )
+        roles = {}
+        for role in prefix_set:
+            group = RayWorkerGroup()
+            group._workers, group._worker_names = self._workers, self._worker_names
+            group.resource_pool, group.name_prefix, group.role = (
+                self.resource_pool,
+                self.name_prefix,
+                role,
+            )
+            group._bind_registered_methods(self._role_classes[role])
+            roles[role] = group
+        return roles

@@ -1,0 +1,286 @@
+"""Integration tests of the single-controller core on a real local Ray cluster (CPU, gloo)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import ray
+import torch
+
+from reference_impl import (
+    BatchSplitError,
+    DataProto,
+    DataProtoFuture,
+    Dispatch,
+    DispatchError,
+    Execute,
+    PlacementTimeoutError,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    ResourcePoolError,
+    Worker,
+    WorkerDiedError,
+    WorkerGroupError,
+    collect_all_to_all,
+    create_colocated_worker_cls,
+    merge_resource_pool,
+    register,
+    split_resource_pool,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cluster():
+    ray.init(num_cpus=4, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture
+def pool():
+    pools = []
+
+    def make(process_on_nodes=(2,), **kwargs):
+        kwargs.setdefault("use_gpu", False)
+        p = RayResourcePool(list(process_on_nodes), **kwargs)
+        pools.append(p)
+        return p
+
+    yield make
+    for p in pools:
+        p.release()
+
+
+class Accumulator(Worker):
+    def __init__(self, start=0.0):
+        super().__init__()
+        self.value = start + self.rank
+
+    def add(self, x):
+        self.value += x
+        return self.value
+
+    @register(Dispatch.ONE_TO_ALL)
+    def add_to_all(self, x):
+        self.value += x
+        return self.value
+
+    @register(Dispatch.ALL_TO_ALL)
+    def add_each(self, x):
+        self.value += x
+        return self.value
+
+    @register(Dispatch.RANK_ZERO, execute_mode=Execute.RANK_ZERO)
+    def rank_zero_only(self, x):
+        return (self.rank, x)
+
+    @register(Dispatch.DP_COMPUTE)
+    def scaled(self, x):
+        return x * (self.rank + 1)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def double(self, data: DataProto) -> DataProto:
+        out = DataProto.from_dict({"y": data.batch["x"] * 2})
+        out.meta_info["rank"] = self.rank
+        return out
+
+    @register(Dispatch.DP_COMPUTE_PROTO, blocking=False)
+    def double_async(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": data.batch["x"] * 2})
+
+    @register(Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
+    def apply(self, fn, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": fn(data.batch["x"])})
+
+    @register(Dispatch.DP_COMPUTE_METRIC)
+    def count(self, data: DataProto) -> dict:
+        return {"rank": self.rank, "rows": len(data)}
+
+    @register(
+        {
+            "dispatch_fn": lambda wg, x: (([x + i for i in range(wg.world_size)],), {}),
+            "collect_fn": lambda wg, out: sum(out),
+        }
+    )
+    def custom(self, x):
+        return x
+
+    @register(Dispatch.ONE_TO_ALL)
+    def all_reduce_rank(self):
+        self.init_process_group()
+        t = torch.tensor([float(self.rank + 1)])
+        torch.distributed.all_reduce(t)
+        return t.item()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def identity(self):
+        return {
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "local_world_size": self.local_world_size,
+            "master": (self.master_addr, self.master_port),
+            "pid": os.getpid(),
+        }
+
+    @register(Dispatch.ONE_TO_ALL)
+    def die_on_rank_one(self):
+        if self.rank == 1:
+            os._exit(1)
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def fail(self):
+        raise KeyError("a bad key")
+
+
+def group(pool_, cls=Accumulator, *args, **kwargs):
+    return RayWorkerGroup(pool_, RayClassWithInitArgs(cls, *args, **kwargs))
+
+
+def batch(n):
+    return DataProto.from_dict({"x": torch.arange(n, dtype=torch.float32)})
+
+
+def test_two_process_cpu_pool_fits_a_small_machine(pool):
+    wg = group(pool((2,)))
+    assert wg.world_size == 2
+    ids = wg.identity()
+    assert [i["rank"] for i in ids] == [0, 1]
+    assert {i["world_size"] for i in ids} == {2}
+    assert [i["local_rank"] for i in ids] == [0, 1]
+    assert len({i["master"] for i in ids}) == 1 and ids[0]["master"][1]
+    assert wg.worker_names[0].endswith("Accumulator_0:0")
+
+
+def test_veRL_argument_rule_split_vs_broadcast(pool):
+    wg = group(pool((2,)))
+    assert wg.execute_all_sync("add", x=[1, 3]) == [1, 4]  # split: rank i gets x[i]
+    assert wg.execute_all_sync("add", 10) == [11, 14]  # broadcast
+    assert wg.execute_rank_zero("add", 1) == 12
+
+
+def test_dispatch_modes(pool):
+    wg = group(pool((2,)))
+    assert wg.add_to_all(10) == [10, 11]
+    assert wg.add_each([1, 2]) == [11, 13]
+    assert wg.rank_zero_only(7) == (0, 7)
+    assert wg.scaled([5, 5]) == [5, 10]
+    assert wg.custom(100) == 201
+    out = wg.double(batch(4))
+    assert torch.equal(out.batch["y"], torch.arange(4.0) * 2)
+    assert wg.apply(lambda x: x + 1, batch(4)).batch["x"].tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert wg.count(batch(6)) == [{"rank": 0, "rows": 3}, {"rank": 1, "rows": 3}]
+
+
+def test_wrong_length_list_gets_a_clear_error(pool):
+    wg = group(pool((2,)))
+    with pytest.raises(DispatchError, match="length world_size=2, got a list of length 3"):
+        wg.scaled([1, 2, 3])
+
+
+def test_batch_that_does_not_split(pool):
+    wg = group(pool((2,)))
+    with pytest.raises(BatchSplitError, match="batch of 5 does not split"):
+        wg.double(batch(5))
+    padded = batch(5)
+    padded.meta_info["auto_padding"] = True
+    assert wg.double(padded).batch["y"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_unknown_dispatch_mode_fails_at_decoration():
+    with pytest.raises(DispatchError, match="unknown dispatch mode"):
+        register("DP_COMPUTE_PROTOO")
+    with pytest.raises(DispatchError, match="collect_fn"):
+        register({"dispatch_fn": collect_all_to_all})
+
+
+def test_non_blocking_future_feeds_the_next_call(pool):
+    wg = group(pool((2,)))
+    future = wg.double_async(batch(4))
+    assert isinstance(future, DataProtoFuture)
+    out = wg.double(future)  # the future is resolved inside the workers
+    assert out.batch["y"].tolist() == [0.0, 4.0, 8.0, 12.0]
+
+
+def test_gloo_all_reduce_across_ranks(pool):
+    wg = group(pool((2,)))
+    assert wg.all_reduce_rank() == [3.0, 3.0]
+
+
+def test_dead_worker_names_group_rank_and_method(pool):
+    wg = group(pool((2,)))
+    with pytest.raises(WorkerDiedError, match=r"rank 1 .*die_on_rank_one\(\)"):
+        wg.die_on_rank_one()
+
+
+def test_method_exception_names_rank_and_cause(pool):
+    wg = group(pool((2,)))
+    with pytest.raises(WorkerGroupError, match=r"rank 0 .*fail\(\) raised KeyError"):
+        wg.fail()
+
+
+def test_pool_that_can_never_be_satisfied_fails_at_once():
+    start = time.monotonic()
+    with pytest.raises(PlacementTimeoutError, match=r"no node can ever hold one bundle .*GPU"):
+        RayResourcePool([2], use_gpu=True, placement_timeout_s=60).slots()
+    assert time.monotonic() - start < 30
+
+
+def test_pool_that_does_not_fit_now_times_out_with_numbers():
+    with pytest.raises(PlacementTimeoutError, match=r"not granted within 1 s.*\[8\].*'CPU': 4"):
+        RayResourcePool([8], use_gpu=False, placement_timeout_s=1).slots()
+
+
+def test_merged_pool_spans_both_and_split_pool_cuts(pool):
+    a, b = pool((1,)), pool((1,))
+    merged = merge_resource_pool(a, b)
+    wg = group(merged)
+    assert wg.world_size == 2
+    assert [i["rank"] for i in wg.identity()] == [0, 1]
+    left, right = split_resource_pool(pool((2,)), 1)
+    assert (group(left).world_size, group(right).world_size) == (1, 1)
+    with pytest.raises(ResourcePoolError, match="do not add up"):
+        split_resource_pool(pool((2,)), [1, 2])
+
+
+class Critic(Worker):
+    @register(Dispatch.ONE_TO_ALL)
+    def where(self):
+        return ("critic", os.getpid())
+
+
+class Actor(Worker):
+    @register(Dispatch.ONE_TO_ALL)
+    def where(self):
+        return ("actor", os.getpid())
+
+
+def test_colocated_roles_share_one_process(pool):
+    cls = create_colocated_worker_cls(
+        {"actor": RayClassWithInitArgs(Actor), "critic": RayClassWithInitArgs(Critic)}
+    )
+    roles = RayWorkerGroup(pool((2,)), cls).spawn(["actor", "critic"])
+    actor, critic = roles["actor"].where(), roles["critic"].where()
+    assert [r for r, _ in actor] == ["actor", "actor"]
+    assert [pid for _, pid in actor] == [pid for _, pid in critic]
+
+
+def test_fractional_sharing_uses_separate_processes(pool):
+    shared = pool((2,), max_colocate_count=2)
+    first, second = group(shared), group(shared)
+    pids_a = [i["pid"] for i in first.identity()]
+    pids_b = [i["pid"] for i in second.identity()]
+    assert set(pids_a).isdisjoint(pids_b)
+
+
+def test_non_tensor_data_travels(pool):
+    wg = group(pool((2,)))
+    data = DataProto.from_dict(
+        {"x": torch.zeros(4)}, non_tensors={"text": np.array(list("abcd"), dtype=object)}
+    )
+    assert len(wg.count(data)) == 2
