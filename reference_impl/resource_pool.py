@@ -162,7 +162,8 @@ class RayResourcePool:
 
     def _describe(self, what: str) -> str:
         total = {k: v for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU")}
-        free = {k: v for k, v in ray.available_resources().items() if k in ("CPU", "GPU")}
+        available = ray.available_resources()
+        free = {k: available.get(k, 0.0) for k in total}
         return (
             f"Resource pool {self.name_prefix!r}: {what}. Requested {len(self.store)} placement "
             f"group(s) of {self.store} bundle(s), each bundle {self.bundle}, one group per "
