@@ -3,6 +3,7 @@
     nox -s serve     build and serve the bilingual site on http://127.0.0.1:8000
     nox              the whole verification suite: tests, docs, lint
     nox -s tests -- -k tasks    pass pytest arguments after `--`
+    nox -s bench     benchmarks: ratios against raw Ray, measured in one run
 
 Every session installs with the one constraints file, so versions are pinned.
 """
@@ -35,6 +36,13 @@ def serve(session: nox.Session) -> None:
     """Serve the site with live reload on http://127.0.0.1:8000 (English; 简体中文 under /zh/)."""
     session.install(*CONSTRAINTS, "-e", ".[docs]")
     session.run("mkdocs", "serve", "--dev-addr", "127.0.0.1:8000", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks: overhead ratios against raw Ray, measured in one run (benchmarks/)."""
+    session.install(*CONSTRAINTS, "-e", ".")
+    session.run("python", "benchmarks/single_controller.py", *session.posargs)
 
 
 @nox.session

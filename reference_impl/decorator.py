@@ -22,10 +22,11 @@ with two deliberate differences, documented in the veRL chapter:
   plain attribute name ``registration``, not a magic attribute name.
 
 Dispatch functions take ``(worker_group, *args, **kwargs)`` and return
-``(args, kwargs)`` where every arg and kwarg value is a list of length
-``worker_group.world_size``; rank ``i`` receives element ``i``. Collect
-functions take ``(worker_group, outputs)``, ``outputs`` being the per-rank
-results in rank order.
+``(args, kwargs)``; the group then applies veRL's argument rule (if every
+value is a list of length ``world_size``, rank ``i`` receives element ``i``;
+otherwise all ranks receive the values as they are). Collect functions take
+``(worker_group, outputs)``: the per-rank results in rank order, or, with
+``Execute.RANK_ZERO``, rank 0's result alone (as in veRL).
 """
 
 from __future__ import annotations
@@ -87,9 +88,9 @@ def collect_all_to_all(worker_group, outputs: list) -> list:
     return outputs
 
 
-def collect_rank_zero(worker_group, outputs: list) -> Any:
-    """Rank 0's result alone."""
-    return outputs[0]
+def collect_rank_zero(worker_group, output: Any) -> Any:
+    """Rank 0's result, as it is (with ``Execute.RANK_ZERO`` collect gets one result)."""
+    return output
 
 
 def _check_per_rank(worker_group, args: tuple, kwargs: dict) -> None:
@@ -249,6 +250,8 @@ def register(
     dispatch_mode_fns(dispatch_mode)  # fail at decoration time, not at the first call
     if not isinstance(execute_mode, Execute):
         raise TypeError(f"execute_mode must be an Execute member, got {execute_mode!r}")
+    if dispatch_mode is Dispatch.RANK_ZERO:
+        execute_mode = Execute.RANK_ZERO  # data for rank 0 only: only rank 0 runs
 
     def decorator(method):
         @functools.wraps(method)

@@ -288,14 +288,22 @@ class RayWorkerGroup:
     def _call(self, name: str, registration: Registration, args: tuple, kwargs: dict):
         fns = dispatch_mode_fns(registration.dispatch_mode)
         args, kwargs, pad_size = self._pad_if_asked(registration, args, kwargs)
+        if pad_size and not registration.blocking:
+            raise BatchSplitError(
+                f"{name}() is non-blocking, so the group cannot remove the padding from its "
+                "result: pad the batch yourself (pad_dataproto_to_divisor), or call a "
+                "blocking method"
+            )
         per_rank_args, per_rank_kwargs = fns.dispatch_fn(self, *args, **kwargs)
         if registration.execute_mode is Execute.RANK_ZERO:
             if self._split_rule(per_rank_args, per_rank_kwargs):  # rank 0's share
                 per_rank_args = tuple(a[0] for a in per_rank_args)
                 per_rank_kwargs = {k: v[0] for k, v in per_rank_kwargs.items()}
-            refs = [self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)]
-        else:
-            refs = self.execute_all_async(name, *per_rank_args, **per_rank_kwargs)
+            ref = self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)
+            if not registration.blocking:
+                return fns.collect_fn(self, ref)
+            return fns.collect_fn(self, self.get([ref], name)[0])
+        refs = self.execute_all_async(name, *per_rank_args, **per_rank_kwargs)
         if not registration.blocking:
             return fns.collect_fn(self, refs)
         output = fns.collect_fn(self, self.get(refs, name))

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import markdown
+import nbformat
 import pytest
 from mkdocs.config import load_config
 
@@ -99,3 +100,29 @@ def test_chinese_pages_are_written_in_chinese(page):
     cjk = len(re.findall(r"[\u4e00-\u9fff]", text))
     latin_words = len(re.findall(r"[A-Za-z]{2,}", text))
     assert cjk > 2 * latin_words, f"{rel(page)}: {cjk} CJK characters vs {latin_words} Latin words"
+
+
+NOTEBOOK_PAGES = sorted(p for p in DOCS.rglob("*.ipynb") if not p.name.endswith(".zh.ipynb"))
+
+
+def notebook_twin(page: Path) -> Path:
+    return page.with_name(page.name[: -len(".ipynb")] + ".zh.ipynb")
+
+
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES, ids=rel)
+def test_notebook_pages_are_executed_examples_in_both_languages(page):
+    # tests/test_notebooks.py executes examples/*.ipynb; a notebook page must be one of them.
+    examples = REPO / "examples"
+    for path in (page, notebook_twin(page)):
+        assert path.exists(), f"{rel(path)} is missing"
+        assert path.resolve().parent == examples, (
+            f"{rel(path)} must link to a notebook in examples/"
+        )
+    en, zh = (nbformat.read(p, as_version=4).cells for p in (page, notebook_twin(page)))
+    assert [c.source for c in en if c.cell_type == "code"] == [
+        c.source for c in zh if c.cell_type == "code"
+    ], "code cells differ between the languages"
+    zh_text = " ".join(c.source for c in zh if c.cell_type == "markdown")
+    assert len(re.findall(r"[\u4e00-\u9fff]", zh_text)) > 200, (
+        "the Chinese notebook is not in Chinese"
+    )

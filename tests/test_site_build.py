@@ -120,3 +120,14 @@ def test_broken_anchor_fails_the_build(tmp_path):
     result = build(project)
     assert result.returncode != 0
     assert "no-such-entry" in result.stderr
+
+
+def test_notebook_pages_show_rendered_cells_not_json(site):
+    notebooks = [p.relative_to(REPO / "docs") for p in (REPO / "docs").rglob("*.ipynb")]
+    assert notebooks
+    for nb in notebooks:
+        stem = str(nb).removesuffix(".ipynb").removesuffix(".zh")
+        lang_dir = site / "zh" if str(nb).endswith(".zh.ipynb") else site
+        html = (lang_dir / stem / "index.html").read_text("utf-8")
+        assert '"cell_type"' not in html, f"{nb} is shown as raw JSON"
+        assert "jp-Cell" in html and "jp-OutputArea" in html, f"{nb} has no rendered cells"

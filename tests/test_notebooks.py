@@ -1,0 +1,52 @@
+"""Every notebook in examples/ runs top to bottom and prints what it shows.
+
+The stored outputs are what the site renders (docs/ links to these files),
+so each code cell's printed text (stdout; Ray logs to stderr) is compared
+with a fresh execution. Lines
+that Ray's log monitor forwards from other processes (``(raylet) ...``,
+``(pid=123) ...``) arrive at unpredictable times and are ignored.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tests.docblocks.evaluators import output_matches
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
+RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|pid=\d+|\w+ pid=\d+)\)")
+
+
+def printed(cell) -> str:
+    text = "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+    return "\n".join(line for line in text.splitlines() if not RAY_FORWARDED.match(line))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs_and_matches_its_outputs(path):
+    stored = nbformat.read(path, as_version=4)
+    fresh = nbformat.read(path, as_version=4)
+    NotebookClient(
+        fresh, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(EXAMPLES)}}
+    ).execute()  # raises CellExecutionError, naming the cell, if any cell fails
+    for index, (old, new) in enumerate(zip(stored.cells, fresh.cells, strict=True)):
+        if old.cell_type == "code":
+            assert output_matches(printed(old), printed(new)), (
+                f"{path.name} cell {index}: shows\n{printed(old)}\nbut printed\n{printed(new)}"
+            )
+
+
+def test_the_stored_outputs_are_not_empty():
+    for path in NOTEBOOKS:
+        cells = nbformat.read(path, as_version=4).cells
+        assert sum(bool(printed(c)) for c in cells if c.cell_type == "code") >= 5, path.name
