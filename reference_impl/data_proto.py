@@ -21,12 +21,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
 import torch
-from tensordict import TensorDict
+
+if TYPE_CHECKING:
+    # Imported where used: tensordict pulls in torch._dynamo (seconds of start-up), which
+    # a worker process that never handles a batch should not pay for.
+    from tensordict import TensorDict
 
 __all__ = [
     "AUTO_PADDING_KEY",
@@ -96,6 +100,8 @@ class DataProto:
         Public, as in veRL, so callers can re-check after editing fields by hand.
         """
         if self.batch is not None:
+            from tensordict import TensorDict
+
             if not isinstance(self.batch, TensorDict):
                 raise TypeError(f"batch must be a TensorDict or None, got {type(self.batch)}")
             if len(self.batch.batch_size) != 1:
@@ -144,6 +150,8 @@ class DataProto:
     def __setstate__(self, state: dict) -> None:
         self.batch = None
         if state["tensors"] is not None:
+            from tensordict import TensorDict
+
             self.batch = TensorDict({}, batch_size=state["batch_size"])
             for key, packed in state["tensors"].items():
                 self.batch.set(key, _tensor_from_bytes(*packed))
@@ -197,6 +205,8 @@ class DataProto:
                         f"tensors disagree on the batch size: {first_key!r} has "
                         f"{first.shape[0]}, {key!r} has {tensor.shape[0]}"
                     )
+            from tensordict import TensorDict
+
             batch = TensorDict(tensors, batch_size=[first.shape[0]])
         return cls(batch=batch, non_tensor_batch=non_tensor_batch, meta_info=meta_info)
 
