@@ -17,17 +17,20 @@ from reference_impl.parallelism import (
 )
 
 
+class AllDemos(DataParallelWorker, TensorParallelWorker, PipelineWorker, ReshardWorker):
+    """Every demo in one worker class: the two processes start (and import torch) once."""
+
+
 @pytest.fixture(scope="module")
-def start():
+def group():
     ray.init(num_cpus=4, include_dashboard=False)
-    pool = RayResourcePool([2], use_gpu=False)
-    yield lambda cls: RayWorkerGroup(pool, RayClassWithInitArgs(cls))
+    yield RayWorkerGroup(RayResourcePool([2], use_gpu=False), RayClassWithInitArgs(AllDemos))
     ray.shutdown()
 
 
-def test_fsdp_matches_ddp_with_half_the_memory_per_rank(start):
-    ddp = start(DataParallelWorker).train("ddp", steps=2, hidden=64)
-    fsdp = start(DataParallelWorker).train("fsdp", steps=2, hidden=64)
+def test_fsdp_matches_ddp_with_half_the_memory_per_rank(group):
+    ddp = group.train("ddp", steps=2, hidden=64)
+    fsdp = group.train("fsdp", steps=2, hidden=64)
     assert ddp[0]["losses"] == pytest.approx(fsdp[0]["losses"], rel=1e-6)
     assert ddp[0]["losses"] == ddp[1]["losses"]  # every rank sees the global loss
     for what in ("params", "grads", "optimizer"):
@@ -37,25 +40,25 @@ def test_fsdp_matches_ddp_with_half_the_memory_per_rank(start):
     assert set(fsdp[0]["comm_per_step"]) == {"_allgather_base_", "_reduce_scatter_base_"}
 
 
-def test_unknown_strategy_is_refused(start):
+def test_unknown_strategy_is_refused(group):
     from reference_impl import WorkerGroupError
 
     with pytest.raises(WorkerGroupError, match="strategy must be 'ddp' or 'fsdp'"):
-        start(DataParallelWorker).train("zero3")
+        group.train("zero3")
 
 
-def test_tensor_parallel_block_matches_one_device(start):
-    for result in start(TensorParallelWorker).mlp(hidden=32, ffn=64, batch=4):
+def test_tensor_parallel_block_matches_one_device(group):
+    for result in group.mlp(hidden=32, ffn=64, batch=4):
         assert result["max_abs_diff"] < 1e-5
         assert result["weight_bytes_this_rank"] * 2 == result["weight_bytes_full"]
 
 
-def test_pipeline_matches_one_device(start):
-    _, last = start(PipelineWorker).forward(batch=8, micro_batches=4)
+def test_pipeline_matches_one_device(group):
+    _, last = group.forward(batch=8, micro_batches=4)
     assert last["max_abs_diff"] < 1e-5
 
 
-def test_targeted_reshard_moves_a_quarter_of_the_all_gather(start):
-    for result in start(ReshardWorker).reshard(hidden=32, ffn=64):
+def test_targeted_reshard_moves_a_quarter_of_the_all_gather(group):
+    for result in group.reshard(hidden=32, ffn=64):
         assert result["correct"]
         assert result["targeted_sent"] * 4 == result["allgather_sent"]
