@@ -172,16 +172,16 @@ class RayResourcePool:
 
     def release(self) -> None:
         """Remove this pool's placement groups (their actors are killed by Ray)."""
-        for pg in {id(s.placement_group): s.placement_group for s in self._slots or []}.values():
+        for pg in {s.placement_group.id: s.placement_group for s in self._slots or []}.values():
             remove_placement_group(pg)
         self._slots = None
 
     @classmethod
     def from_slots(cls, slots: list[BundleSlot], like: RayResourcePool, name_prefix: str):
         """A pool over existing slots (used by merge and split); places nothing itself."""
-        per_node: dict[int, int] = {}
+        per_node: dict = {}
         for slot in slots:
-            per_node[id(slot.placement_group)] = per_node.get(id(slot.placement_group), 0) + 1
+            per_node[slot.placement_group.id] = per_node.get(slot.placement_group.id, 0) + 1
         pool = cls(
             list(per_node.values()),
             use_gpu=like.use_gpu,

@@ -147,19 +147,19 @@ class RayWorkerGroup:
                 )
             ).remote()
         )
-        by_node: dict[int, list[int]] = defaultdict(list)
+        # A pool reserves one placement group per node: ranks that share one share a node.
+        by_node: dict = defaultdict(list)
         for rank, slot in enumerate(slots):
-            by_node[id(slot.placement_group)].append(rank)
-        node_index = {pg: i for i, pg in enumerate(by_node)}
+            by_node[slot.placement_group.id].append(rank)
+        node_index = {pg_id: i for i, pg_id in enumerate(by_node)}
 
         actor_cls = cia.cls if hasattr(cia.cls, "__ray_actor_class__") else ray.remote(cia.cls)
         cls_name = cia.user_class.__name__
         for rank, slot in enumerate(slots):
-            ranks_here = by_node[id(slot.placement_group)]
+            ranks_here = by_node[slot.placement_group.id]
             local_rank = ranks_here.index(rank)
-            name = (
-                f"{self.name_prefix}{cls_name}_{node_index[id(slot.placement_group)]}:{local_rank}"
-            )
+            node = node_index[slot.placement_group.id]
+            name = f"{self.name_prefix}{cls_name}_{node}:{local_rank}"
             env = {
                 **worker_env,
                 "RANK": str(rank),
@@ -183,7 +183,7 @@ class RayWorkerGroup:
             self._workers.append(actor_cls.options(**options).remote(*cia.args, **cia.kwargs))
             self._worker_names.append(name)
 
-    def _bind_registered_methods(self, user_class: type, role: str | None = None) -> None:
+    def _bind_registered_methods(self, user_class: type) -> None:
         for name in dir(user_class):
             registration = getattr(getattr(user_class, name, None), "registration", None)
             if not isinstance(registration, Registration):
