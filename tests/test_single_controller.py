@@ -35,9 +35,17 @@ from reference_impl import (
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    ray.init(num_cpus=4, include_dashboard=False)
+    ray.init(num_cpus=8, include_dashboard=False)
     yield
     ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def shared(cluster):
+    """One 2-rank group for the tests that leave no state behind (starting one costs seconds)."""
+    shared_pool = RayResourcePool([2], use_gpu=False)
+    yield RayWorkerGroup(shared_pool, RayClassWithInitArgs(Accumulator))
+    shared_pool.release()
 
 
 @pytest.fixture
@@ -146,8 +154,8 @@ def batch(n):
     return DataProto.from_dict({"x": torch.arange(n, dtype=torch.float32)})
 
 
-def test_two_process_cpu_pool_fits_a_small_machine(pool):
-    wg = group(pool((2,)))
+def test_two_process_cpu_pool_fits_a_small_machine(shared):
+    wg = shared
     assert wg.world_size == 2
     ids = wg.identity()
     assert [i["rank"] for i in ids] == [0, 1]
@@ -177,14 +185,14 @@ def test_dispatch_modes(pool):
     assert wg.count(batch(6)) == [{"rank": 0, "rows": 3}, {"rank": 1, "rows": 3}]
 
 
-def test_wrong_length_list_gets_a_clear_error(pool):
-    wg = group(pool((2,)))
+def test_wrong_length_list_gets_a_clear_error(shared):
+    wg = shared
     with pytest.raises(DispatchError, match="length world_size=2, got a list of length 3"):
         wg.scaled([1, 2, 3])
 
 
-def test_batch_that_does_not_split(pool):
-    wg = group(pool((2,)))
+def test_batch_that_does_not_split(shared):
+    wg = shared
     with pytest.raises(BatchSplitError, match="batch of 5 does not split"):
         wg.double(batch(5))
     padded = batch(5)
@@ -199,16 +207,16 @@ def test_unknown_dispatch_mode_fails_at_decoration():
         register({"dispatch_fn": collect_all_to_all})
 
 
-def test_non_blocking_future_feeds_the_next_call(pool):
-    wg = group(pool((2,)))
+def test_non_blocking_future_feeds_the_next_call(shared):
+    wg = shared
     future = wg.double_async(batch(4))
     assert isinstance(future, DataProtoFuture)
     out = wg.double(future)  # the future is resolved inside the workers
     assert out.batch["y"].tolist() == [0.0, 4.0, 8.0, 12.0]
 
 
-def test_gloo_all_reduce_across_ranks(pool):
-    wg = group(pool((2,)))
+def test_gloo_all_reduce_across_ranks(shared):
+    wg = shared
     assert wg.all_reduce_rank() == [3.0, 3.0]
 
 
@@ -218,8 +226,8 @@ def test_dead_worker_names_group_rank_and_method(pool):
         wg.die_on_rank_one()
 
 
-def test_method_exception_names_rank_and_cause(pool):
-    wg = group(pool((2,)))
+def test_method_exception_names_rank_and_cause(shared):
+    wg = shared
     with pytest.raises(WorkerGroupError, match=r"rank 0 .*fail\(\) raised KeyError"):
         wg.fail()
 
@@ -232,8 +240,8 @@ def test_pool_that_can_never_be_satisfied_fails_at_once():
 
 
 def test_pool_that_does_not_fit_now_times_out_with_numbers():
-    with pytest.raises(PlacementTimeoutError, match=r"not granted within 1 s.*\[8\].*'CPU': 4"):
-        RayResourcePool([8], use_gpu=False, placement_timeout_s=1).slots()
+    with pytest.raises(PlacementTimeoutError, match=r"not granted within 1 s.*\[16\].*'CPU': 8"):
+        RayResourcePool([16], use_gpu=False, placement_timeout_s=1).slots()
 
 
 def test_merged_pool_spans_both_and_split_pool_cuts(pool):
@@ -278,8 +286,8 @@ def test_fractional_sharing_uses_separate_processes(pool):
     assert set(pids_a).isdisjoint(pids_b)
 
 
-def test_non_tensor_data_travels(pool):
-    wg = group(pool((2,)))
+def test_non_tensor_data_travels(shared):
+    wg = shared
     data = DataProto.from_dict(
         {"x": torch.zeros(4)}, non_tensors={"text": np.array(list("abcd"), dtype=object)}
     )
