@@ -72,7 +72,7 @@ def main(quick: bool) -> dict[str, float]:
         ray.get([w.ping.remote() for w in workers])  # warm up both paths
         wg.ping()
 
-        repeats = 30 if quick else 300
+        repeats = 10 if quick else 300
         raw, group = paired_medians(
             lambda: ray.get([w.ping.remote() for w in workers]), lambda: wg.ping(), repeats
         )
@@ -89,7 +89,7 @@ def main(quick: bool) -> dict[str, float]:
                 outs = ray.get([w.touch.remote(r) for w, r in zip(workers, refs, strict=True)])
                 return DataProto.concat(outs)
 
-            reps = (5 if quick else 30) if size > 1 << 20 else repeats
+            reps = (2 if quick else 30) if size > 1 << 20 else repeats
             raw, group = paired_medians(by_hand, lambda data=data: wg.touch(data), reps)
             results[label] = group / raw
         pool.release()
