@@ -12,7 +12,6 @@ is destroyed.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from collections import Counter
@@ -36,11 +35,6 @@ from tests.docblocks.evaluators import (
     run_gpu_python,
     run_python,
 )
-
-# Ray starts one idle worker process per CPU when a driver connects, in case tasks
-# come; most pages start actors, which get processes of their own, so on a 2-core
-# CI machine those prestarted workers only cost time. Pages behave the same.
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
