@@ -21,9 +21,7 @@ nox.options.sessions = ["tests", "docs", "lint"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
-# --no-compile: byte-compiling all of torch at install time costs more than compiling
-# the modules a run actually imports.
-CONSTRAINTS = ("--no-compile", "-c", "constraints.txt")
+CONSTRAINTS = ("-c", "constraints.txt")
 # The site build needs only the MkDocs toolchain, not Ray and torch: install that list alone.
 DOCS_TOOLS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"][
     "docs"
