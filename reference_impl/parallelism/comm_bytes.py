@@ -49,7 +49,6 @@ class CommBytes(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.bytes: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "c10d":
@@ -57,7 +56,6 @@ class CommBytes(TorchDispatchMode):
             index = PAYLOAD_ARGUMENT.get(name)
             if index is not None:
                 self.bytes[name] += _nbytes(args[index])
-                self.calls[name] += 1
         return func(*args, **(kwargs or {}))
 
     @property
