@@ -227,3 +227,30 @@ def test_classification():
     assert classify("python", ("skip", "")).kind == "unmarked"
     text = "<!-- block: data (a config) -->\n```yaml\n"
     assert marker_before(text, text.index("```")) == ("data", "(a config)")
+
+
+def test_chinese_twin_blocks_must_equal_the_english_blocks_that_ran(pytester):
+    pytester.makeconftest(CONFTEST)
+    english = page(
+        """
+        # Page
+        ~~~python
+        print(6 * 7)
+        ~~~
+
+        ~~~output
+        42
+        ~~~
+        """
+    )
+    pytester.makefile(".md", page=english)
+    pytester.makefile(".zh.md", page=english.replace("# Page", "# 页面"))
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=4)  # two blocks ran, two twins checked
+
+    pytester.makefile(".zh.md", page=english.replace("6 * 7", "6 * 8"))
+    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-q")
+    result.assert_outcomes(passed=3, failed=1)
+    result.stdout.fnmatch_lines(
+        ["*block 1 differs from block 1 of page.md, which is the one executed*"]
+    )

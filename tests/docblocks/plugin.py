@@ -8,6 +8,14 @@ run whole on one xdist worker (``--dist loadfile``, set in pyproject.toml).
 After each page, whatever the page started is torn down, even when one of
 its blocks failed: Ray is shut down and any torch.distributed process group
 is destroyed.
+
+Languages. A page and its Chinese twin carry byte-identical code and output
+blocks (``tests/test_docs_pages.py`` enforces it). By default the English page
+is executed and each block of the ``.zh.md`` twin becomes an item that checks
+it is identical to the English block at the same position, which ran: the
+snippet a reader copies from either language is the one that was executed,
+and the suite starts Ray once per page instead of twice. ``pytest
+--doc-languages=all`` executes the Chinese pages as well.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import re
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -54,8 +63,62 @@ def census(document: Document) -> Iterator[tuple[Region, BlockKind]]:
         yield region, classify(region.lexemes["info"], marker)
 
 
+# "en": execute English pages, check Chinese blocks against them; "all": execute both.
+EXECUTE_LANGUAGES = {"value": "en"}
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--doc-languages",
+        choices=("en", "all"),
+        default="en",
+        help="en (default): run English pages and check that each Chinese block is identical "
+        "to the English block that ran; all: run the Chinese pages too.",
+    )
+
+
+def pytest_configure(config):
+    EXECUTE_LANGUAGES["value"] = config.getoption("--doc-languages")
+
+
+def english_twin(page: Path) -> Path:
+    return page.with_name(page.name[: -len(".zh.md")] + ".md")
+
+
+@dataclass
+class TwinBlock:
+    """A block of a ``.zh.md`` page, checked against its executed English twin."""
+
+    info: str
+    source: str
+    twin_page: Path
+    index: int
+    kind: str
+
+
+def check_twin(example) -> str | None:
+    block: TwinBlock = example.parsed
+    if not block.twin_page.exists():
+        return f"no English twin {block.twin_page.name} to check this block against"
+    twins = [r for r, _ in census(DOC_SYBIL.parse(block.twin_page))]
+    if block.index >= len(twins):
+        return f"{block.twin_page.name} has only {len(twins)} blocks; this is {block.index + 1}"
+    twin = twins[block.index]
+    if (str(twin.lexemes["info"]), str(twin.lexemes["source"])) != (block.info, block.source):
+        return (
+            f"block {block.index + 1} differs from block {block.index + 1} of "
+            f"{block.twin_page.name}, which is the one executed; the two languages must carry "
+            "identical code and output blocks"
+        )
+    return None
+
+
 def parse_blocks(document: Document) -> Iterator[Region]:
     """The Sybil parser: one region (one pytest item) per block that is checked."""
+    path = Path(document.path)
+    if path.name.endswith(".zh.md") and EXECUTE_LANGUAGES["value"] == "en":
+        yield from parse_twin_blocks(document, english_twin(path))
+        return
     previous_python: PythonBlock | None = None
     for region, verdict in census(document):
         source = str(region.lexemes["source"])
@@ -73,14 +136,27 @@ def parse_blocks(document: Document) -> Iterator[Region]:
         elif verdict.kind == "data" and verdict.language in DATA_LANGUAGES:
             yield Region(region.start, region.end, DataBlock(source, verdict.language), check_data)
         elif verdict.kind == "unmarked":
-            message = (
-                f"this `{verdict.language or 'plain'}` block is neither run nor marked"
-                f"{': ' + verdict.note if verdict.note else ''}. Make it a python block, "
-                "or put <!-- block: illustration --> or <!-- block: data --> on the line above it."
-            )
-            yield Region(region.start, region.end, Problem(message), report_problem)
+            yield Region(region.start, region.end, unmarked(verdict), report_problem)
         # "illustration" blocks, and data in languages we cannot parse, are
         # accounted for by census() and counted in the summary; nothing runs.
+
+
+def unmarked(verdict: BlockKind) -> Problem:
+    return Problem(
+        f"this `{verdict.language or 'plain'}` block is neither run nor marked"
+        f"{': ' + verdict.note if verdict.note else ''}. Make it a python block, "
+        "or put <!-- block: illustration --> or <!-- block: data --> on the line above it."
+    )
+
+
+def parse_twin_blocks(document: Document, twin_page: Path) -> Iterator[Region]:
+    for index, (region, verdict) in enumerate(census(document)):
+        if verdict.kind == "unmarked":
+            yield Region(region.start, region.end, unmarked(verdict), report_problem)
+        elif verdict.kind != "illustration":
+            info, source = str(region.lexemes["info"]), str(region.lexemes["source"])
+            twin = TwinBlock(info, source, twin_page, index, kind=f"{verdict.kind} (zh twin)")
+            yield Region(region.start, region.end, twin, check_twin)
 
 
 def start_page(namespace: dict) -> None:
@@ -152,9 +228,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         ("data blocks (parsed)", "data"),
     ]
     for label, kind in rows:
-        terminalreporter.write_line(
-            f"{label}: {blocks[kind]} on the site; this run: {ran(kind) or 'none'}"
-        )
+        line = f"{label}: {blocks[kind]} on the site; this run: {ran(kind) or 'none'}"
+        if ran(f"{kind} (zh twin)"):
+            line += f"; zh blocks identical to the block that ran: {ran(f'{kind} (zh twin)')}"
+        terminalreporter.write_line(line)
     terminalreporter.write_line(f"illustration blocks (shown, not run): {blocks['illustration']}")
+    if EXECUTE_LANGUAGES["value"] == "en":
+        terminalreporter.write_line(
+            "zh pages: each block checked identical to its English twin, which ran "
+            "(--doc-languages=all runs them too)"
+        )
     if blocks["unmarked"]:
         terminalreporter.write_line(f"UNMARKED blocks (failing): {blocks['unmarked']}", red=True)
