@@ -1,0 +1,171 @@
+"""Every knob of a run, its defaults per preset, and the checks that fail early with a clear message.
+
+Names follow veRL's config where one exists (``verl/trainer/config/ppo_trainer.yaml``,
+veRL commit b178a3cd): ``train_batch_size`` counts prompts, ``n`` samples are drawn per
+prompt, ``ppo_mini_batch_size`` counts responses per optimiser step, ``use_kl_loss`` /
+``kl_loss_type`` put KL in the actor's loss (GRPO's way), ``use_kl_in_reward`` /
+``kl_penalty`` subtract it from the reward (classic PPO's way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+
+from reference_impl.rlhf.model import PRESETS, ModelShape
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says which knob and what to change."""
+
+
+@dataclass(frozen=True)
+class RLHFConfig:
+    """One run. Sizes count responses unless the name says prompts; times are in seconds."""
+
+    algo: str = "grpo"  # "grpo" or "ppo"
+    preset: str = "cpu"  # "cpu" or "gpu": model shape, dtype and device
+    output_dir: str = "runs/rlhf"
+    seed: int = 0
+    # --- task and data ---
+    num_digits: int = 2
+    train_batch_size: int = 32  # prompts per step
+    n: int = 8  # responses per prompt (GRPO's group size)
+    total_steps: int = 150
+    # --- rollout ---
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 4
+    # --- actor ---
+    actor_lr: float = 3e-4
+    ppo_mini_batch_size: int = 64  # responses per optimiser step, over all ranks
+    ppo_epochs: int = 2
+    clip_ratio: float = 0.2
+    entropy_coeff: float = 0.0
+    grad_clip: float = 1.0
+    use_kl_loss: bool = True
+    kl_loss_coef: float = 0.001
+    kl_loss_type: str = "low_var_kl"
+    use_kl_in_reward: bool = False
+    kl_coef: float = 0.001
+    kl_penalty: str = "kl"
+    loss_agg_mode: str = "token-mean"
+    # --- critic (PPO) ---
+    critic_lr: float = 1e-3
+    cliprange_value: float = 0.5
+    gamma: float = 1.0
+    lam: float = 1.0
+    # --- format warm-up (supervised, reported apart from RL) ---
+    warmup_steps: int = 100
+    warmup_lr: float = 3e-3
+    # --- placement ---
+    world_size: int = 2  # data-parallel ranks per role
+    layout: str = "colocated"  # "colocated": one pool for all roles; "separate": a pool each
+    # --- bookkeeping ---
+    save_freq: int = 0  # checkpoint every N steps (0: never)
+    resume: bool = False
+    target_score: float = (
+        0.0  # stop once the mean critic/score/mean of 5 steps reaches it (0: never)
+    )
+    tensorboard: bool = True
+
+    @property
+    def use_critic(self) -> bool:
+        return self.algo == "ppo"
+
+    @property
+    def model_shape(self) -> ModelShape:
+        return PRESETS[self.preset]
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.preset == "gpu" else "cpu"
+
+    @property
+    def responses_per_step(self) -> int:
+        return self.train_batch_size * self.n
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+DEFAULTS = {
+    # GRPO: groups of 8 responses per prompt, KL as a k3 loss term, no critic.
+    "grpo": {},
+    # PPO: one response per prompt, a critic with GAE, KL subtracted from the reward.
+    "ppo": {
+        "train_batch_size": 256,
+        "n": 1,
+        "use_kl_loss": False,
+        "use_kl_in_reward": True,
+    },
+}
+GPU_PRESET = {"warmup_lr": 1e-3, "actor_lr": 1e-5, "critic_lr": 1e-5, "world_size": 1}
+
+
+def make_config(algo: str = "grpo", preset: str = "cpu", **overrides) -> RLHFConfig:
+    """The defaults for ``algo`` and ``preset``, with ``overrides`` applied, checked.
+
+    Raises:
+        ConfigError: unknown algo, preset or knob, or a combination that cannot run.
+    """
+    if algo not in DEFAULTS:
+        raise ConfigError(f"unknown algo {algo!r}; choose one of {sorted(DEFAULTS)}")
+    if preset not in PRESETS:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {sorted(PRESETS)}")
+    known = {f.name for f in fields(RLHFConfig)}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown option(s) {unknown}; valid ones are {sorted(known)}")
+    values = {**DEFAULTS[algo], **(GPU_PRESET if preset == "gpu" else {}), **overrides}
+    config = replace(RLHFConfig(algo=algo, preset=preset), **values)
+    check(config)
+    return config
+
+
+def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
+    """Fail early, with the knob to change, on a configuration that cannot run.
+
+    Args:
+        gpus_available: GPUs in the Ray cluster, checked against the preset's needs
+            when given (the trainer passes ``ray.cluster_resources()["GPU"]``).
+
+    Raises:
+        ConfigError
+    """
+    responses = config.responses_per_step
+    if responses % config.world_size:
+        raise ConfigError(
+            f"train_batch_size * n = {config.train_batch_size} * {config.n} = {responses} "
+            f"responses do not split across world_size={config.world_size} data-parallel "
+            "ranks; make the product a multiple of world_size"
+        )
+    if responses % config.ppo_mini_batch_size:
+        raise ConfigError(
+            f"{responses} responses per step do not split into mini-batches of "
+            f"ppo_mini_batch_size={config.ppo_mini_batch_size}; pick a divisor of {responses}"
+        )
+    if config.ppo_mini_batch_size % config.world_size:
+        raise ConfigError(
+            f"ppo_mini_batch_size={config.ppo_mini_batch_size} does not split across "
+            f"world_size={config.world_size} ranks; make it a multiple of world_size"
+        )
+    if config.algo == "grpo" and config.n < 2:
+        raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")
+    if config.max_new_tokens <= config.num_digits:
+        raise ConfigError(
+            f"max_new_tokens={config.max_new_tokens} leaves no room for {config.num_digits} "
+            f"digits and EOS; set it to at least {config.num_digits + 1}"
+        )
+    if config.layout not in ("colocated", "separate"):
+        raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
+    if config.world_size < 1:
+        raise ConfigError(f"world_size must be >= 1, got {config.world_size}")
+    if gpus_available is not None and config.device == "cuda":
+        pools = 2 if config.layout == "separate" and config.use_critic else 1
+        needed = config.world_size * pools
+        if needed > gpus_available:
+            raise ConfigError(
+                f"the gpu preset with world_size={config.world_size} and layout="
+                f"{config.layout!r} needs {needed} GPUs but the Ray cluster has "
+                f"{gpus_available:g}; lower world_size or add GPUs"
+            )

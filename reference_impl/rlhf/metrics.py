@@ -1,0 +1,125 @@
+"""Per-step metrics under veRL's names, the FLOPs formula behind MFU, and where metrics go.
+
+Names follow ``verl/trainer/ppo/metric_utils.py`` (veRL commit b178a3cd):
+``critic/score/mean`` is the mean task score, ``response_length/mean`` the mean
+number of generated tokens, ``timing_s/<stage>`` the seconds each stage of the
+step took, ``perf/throughput`` the tokens (prompt + response) processed per
+second per worker.
+
+MFU. A training step of a decoder with ``N`` non-embedding parameters costs
+about ``6 N`` FLOPs per token (2 forward, 4 backward; Kaplan et al. 2020), plus
+attention's ``6 * L_layers * d_attn * s`` per token for a sequence of ``s``
+tokens (the score and value products; ``d_attn = heads * head_dim``), as veRL's
+``verl/utils/flops_counter.py`` counts it. ``perf/mfu/actor`` is the FLOPs of
+the actor update (all PPO epochs) divided by ``timing_s/update_actor`` and by
+the peak FLOP/s of the workers: the vendor's dense bf16 peak on known GPUs,
+and on CPU a peak measured with a large matmul in each worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+
+from reference_impl.rlhf.model import ModelShape
+
+# Dense bf16 peak FLOP/s (vendor data sheets), as in veRL's get_device_flops.
+GPU_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
+
+
+def measure_cpu_peak_flops(size: int = 512, seconds: float = 0.3) -> float:
+    """FLOP/s of fp32 ``size x size`` matmuls in this process (its thread settings apply)."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b  # warm-up
+    done, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        a @ b
+        done += 1
+    return 2 * size**3 * done / (time.perf_counter() - start)
+
+
+def device_peak_flops(device: str) -> float:
+    """Peak FLOP/s of this process's device: a data-sheet figure on GPU, measured on CPU."""
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        for key, flops in GPU_PEAK_FLOPS.items():
+            if key in name:
+                return flops
+        return float("inf")  # unknown GPU: report MFU 0 rather than a made-up figure
+    return measure_cpu_peak_flops()
+
+
+def train_flops(shape: ModelShape, sequence_lengths: torch.Tensor) -> float:
+    """FLOPs of one forward + backward pass over sequences of the given lengths (int [b])."""
+    h, heads, kv = shape.hidden_size, shape.num_attention_heads, shape.num_key_value_heads
+    head_dim = h // heads
+    attn_linear = h * (heads * head_dim + 2 * kv * head_dim) + heads * head_dim * h
+    mlp = 3 * h * shape.intermediate_size
+    dense = (attn_linear + mlp) * shape.num_hidden_layers
+    tokens = float(sequence_lengths.sum())
+    squares = float((sequence_lengths.float() ** 2).sum())
+    return 6 * dense * tokens + 6 * squares * head_dim * heads * shape.num_hidden_layers
+
+
+class MetricsLog:
+    """Writes each step's metrics to ``metrics.jsonl`` (one JSON object per line) and TensorBoard.
+
+    On resume, lines after the checkpointed step are dropped, so the file holds
+    one trajectory.
+    """
+
+    def __init__(self, output_dir: str, tensorboard: bool, resume_step: int | None = None):
+        self.path = os.path.join(output_dir, "metrics.jsonl")
+        os.makedirs(output_dir, exist_ok=True)
+        if resume_step is not None and os.path.exists(self.path):
+            rows = [r for r in read_metrics(self.path) if r["step"] <= resume_step]
+            with open(self.path, "w") as f:
+                f.writelines(json.dumps(r) + "\n" for r in rows)
+        elif os.path.exists(self.path):
+            os.remove(self.path)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(os.path.join(output_dir, "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"step": step, **metrics}) + "\n")
+        if self.writer is not None:
+            for name, value in metrics.items():
+                self.writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def read_metrics(path: str) -> list[dict]:
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def plot_reward_curve(path: str, out_png: str, title: str) -> None:
+    """Plot ``critic/score/mean`` and exact-match accuracy against the step into ``out_png``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(path) if "critic/score/mean" in r]  # step 0: warm-up
+    steps = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+    ax.plot(steps, [r["critic/score/mean"] for r in rows], label="critic/score/mean")
+    ax.plot(steps, [r["reward/exact_match"] for r in rows], label="reward/exact_match")
+    ax.set_xlabel("step")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out_png)
+    plt.close(fig)

@@ -1,0 +1,298 @@
+"""The single controller: one plain driver loop that runs PPO or GRPO through WorkerGroups.
+
+:meth:`RLHFTrainer.fit` is the whole algorithm, as in veRL's ``RayPPOTrainer.fit``
+(``verl/trainer/ppo/ray_trainer.py``, veRL commit b178a3cd). Each step:
+
+1. ``gen``: the rollout samples ``n`` responses per prompt (``generate_sequences``);
+2. ``reward``: the rule-based score is computed here, on the driver, from token ids;
+3. ``old_log_prob``, ``ref`` and (PPO) ``values``: three forward passes in the workers;
+4. ``adv``: advantages on the driver (GAE for PPO, group-normalised for GRPO);
+5. ``update_critic`` (PPO) and ``update_actor``: the PPO updates in the workers.
+
+Batches travel as ``DataProto``: each ``wg.method(batch)`` call splits the batch
+across the group's ranks (``Dispatch.DP_COMPUTE_PROTO``), Ray carries the parts
+to the workers through its object store, and the results are concatenated back.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from contextlib import contextmanager
+
+import numpy as np
+import ray
+import torch
+from tqdm.auto import tqdm
+
+from reference_impl.colocation import create_colocated_worker_cls
+from reference_impl.data_proto import DataProto
+from reference_impl.resource_pool import RayResourcePool
+from reference_impl.rlhf import core_algos
+from reference_impl.rlhf.config import RLHFConfig, check
+from reference_impl.rlhf.metrics import MetricsLog, plot_reward_curve, train_flops
+from reference_impl.rlhf.task import DigitSumTask
+from reference_impl.rlhf.tokenizer import CharTokenizer
+from reference_impl.rlhf.workers import ActorRolloutRefWorker, CriticWorker
+from reference_impl.worker_group import RayClassWithInitArgs, RayWorkerGroup
+
+
+@contextmanager
+def timer(name: str, timing: dict[str, float]):
+    """Add the seconds the ``with`` body takes to ``timing[name]``."""
+    start = time.perf_counter()
+    yield
+    timing[name] = timing.get(name, 0.0) + time.perf_counter() - start
+
+
+class RLHFTrainer:
+    """Builds the resource pools and worker groups of ``config``, then trains.
+
+    Args:
+        config: see :class:`~reference_impl.rlhf.config.RLHFConfig`.
+
+    Raises:
+        ConfigError: if the cluster lacks the GPUs the config asks for.
+    """
+
+    def __init__(self, config: RLHFConfig) -> None:
+        self.config = config
+        self.tokenizer = CharTokenizer()
+        self.task = DigitSumTask(num_digits=config.num_digits)
+        self.data_rng = torch.Generator().manual_seed(config.seed)
+        self.checkpoint_dir = os.path.join(config.output_dir, "checkpoints")
+
+    # --- placement ------------------------------------------------------------
+
+    def init_workers(self) -> None:
+        """Start the roles: one pool for all (``colocated``) or one pool per role (``separate``)."""
+        c = self.config
+        check(c, gpus_available=ray.cluster_resources().get("GPU", 0))
+        use_gpu = c.device == "cuda"
+        args = (c.to_dict(),)
+        actor_cls = RayClassWithInitArgs(ActorRolloutRefWorker, *args)
+        critic_cls = RayClassWithInitArgs(CriticWorker, *args)
+        if c.use_critic and c.layout == "colocated":
+            # One process per rank holds both roles (veRL's default for FSDP).
+            pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+            colocated = create_colocated_worker_cls(
+                {"actor_rollout": actor_cls, "critic": critic_cls}
+            )
+            groups = RayWorkerGroup(pool, colocated).spawn(["actor_rollout", "critic"])
+            self.actor_rollout_wg, self.critic_wg = groups["actor_rollout"], groups["critic"]
+            self.pools = [pool]
+        else:
+            actor_pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+            self.actor_rollout_wg = RayWorkerGroup(actor_pool, actor_cls)
+            self.pools = [actor_pool]
+            self.critic_wg = None
+            if c.use_critic:
+                critic_pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+                self.critic_wg = RayWorkerGroup(critic_pool, critic_cls)
+                self.pools.append(critic_pool)
+        self.num_params = self.actor_rollout_wg.init_model()[0]
+        if self.critic_wg is not None:
+            self.critic_wg.init_model()
+        self.peak_flops = sum(self.actor_rollout_wg.peak_flops())
+
+    # --- data -------------------------------------------------------------------
+
+    def make_batch(self) -> tuple[DataProto, DataProto]:
+        """``train_batch_size`` prompts, each repeated ``n`` times (adjacent rows share a ``uid``).
+
+        Returns the batch (``targets``, ``uid``) and the prompts for generation (``input_ids``).
+        """
+        c = self.config
+        prompts, targets = self.task.make_prompts(self.tokenizer, c.train_batch_size, self.data_rng)
+        uid = np.arange(c.train_batch_size).astype(str).astype(object)
+        batch = DataProto.from_dict(
+            tensors={"targets": targets, "input_ids": prompts}, non_tensors={"uid": uid}
+        ).repeat(repeat_times=c.n, interleave=True)
+        gen_batch = DataProto.from_dict(tensors={"input_ids": batch.batch["input_ids"]})
+        return batch.select(batch_keys=["targets"], non_tensor_batch_keys=["uid"]), gen_batch
+
+    def warmup(self) -> dict[str, float]:
+        """Supervised format warm-up: prompts followed by random digits and EOS."""
+        c = self.config
+        rows = c.warmup_steps * 64
+        prompts, _ = self.task.make_prompts(self.tokenizer, rows, self.data_rng)
+        digits = torch.randint(0, 10, (rows, c.num_digits), generator=self.data_rng)
+        answers = self.tokenizer.digit_ids()[digits]
+        eos = torch.full((rows, 1), self.tokenizer.eos_token_id)
+        data = DataProto.from_dict(
+            tensors={"input_ids": torch.cat([prompts, answers, eos], dim=1)},
+            meta_info={"prompt_length": prompts.shape[1], "steps": c.warmup_steps},
+        )
+        return self.actor_rollout_wg.warmup_format(data).meta_info["metrics"]
+
+    # --- one step -----------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        """One RL step; returns its metrics."""
+        c = self.config
+        timing: dict[str, float] = {}
+        metrics: dict[str, float] = {}
+        with timer("step", timing):
+            batch, gen_batch = self.make_batch()
+            with timer("gen", timing):
+                gen_out = self.actor_rollout_wg.generate_sequences(gen_batch)
+            metrics.update(gen_out.meta_info.pop("metrics"))
+            batch = batch.union(gen_out)
+            b = batch.batch
+            with timer("reward", timing):
+                scores, exact = self.task.score_responses(
+                    b["responses"], b["targets"], self.tokenizer
+                )
+                # The score lands on the last generated token; every other token gets 0.
+                last = b["response_mask"].sum(-1) - 1
+                token_scores = torch.zeros(b["responses"].shape)
+                token_scores[torch.arange(len(batch)), last] = scores
+                b["token_level_scores"] = token_scores
+            with timer("old_log_prob", timing):
+                batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+            if c.use_kl_loss or c.use_kl_in_reward:
+                with timer("ref", timing):
+                    batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+            if c.use_critic:
+                with timer("values", timing):
+                    batch = batch.union(self.critic_wg.compute_values(batch))
+            with timer("adv", timing):
+                metrics.update(self.compute_advantage(batch))
+            if c.use_critic:
+                with timer("update_critic", timing):
+                    metrics.update(self.critic_wg.update_critic(batch).meta_info["metrics"])
+            with timer("update_actor", timing):
+                metrics.update(self.actor_rollout_wg.update_actor(batch).meta_info["metrics"])
+        metrics.update(self.data_metrics(batch, scores, exact))
+        metrics.update({f"timing_s/{k}": v for k, v in timing.items()})
+        metrics.update(self.perf_metrics(batch, timing))
+        return metrics
+
+    def compute_advantage(self, batch: DataProto) -> dict[str, float]:
+        """Rewards (minus KL if ``use_kl_in_reward``), then advantages and returns, in place."""
+        c, b = self.config, batch.batch
+        mask = b["response_mask"]
+        metrics = {}
+        if c.use_kl_in_reward:
+            rewards, metrics = core_algos.apply_kl_penalty(
+                b["token_level_scores"],
+                b["old_log_probs"],
+                b["ref_log_prob"],
+                mask,
+                c.kl_coef,
+                c.kl_penalty,
+            )
+        else:
+            rewards = b["token_level_scores"]
+        b["token_level_rewards"] = rewards
+        if c.algo == "ppo":
+            adv, ret = core_algos.compute_gae_advantage_return(
+                rewards, b["values"], mask, c.gamma, c.lam
+            )
+        else:
+            adv, ret = core_algos.compute_grpo_outcome_advantage(
+                rewards, mask, batch.non_tensor_batch["uid"]
+            )
+        b["advantages"], b["returns"] = adv, ret
+        return metrics
+
+    def data_metrics(self, batch: DataProto, scores, exact) -> dict[str, float]:
+        b = batch.batch
+        mask = b["response_mask"].bool()
+        metrics = {
+            "critic/score/mean": scores.mean().item(),
+            "reward/exact_match": exact.float().mean().item(),
+            "response_length/mean": b["response_mask"].sum(-1).float().mean().item(),
+            "critic/advantages/mean": b["advantages"][mask].mean().item(),
+            "critic/returns/mean": b["returns"][mask].mean().item(),
+        }
+        if self.config.use_critic:
+            returns, values = b["returns"][mask], b["values"][mask]
+            metrics["critic/values/mean"] = values.mean().item()
+            metrics["critic/vf_explained_var"] = (
+                1.0 - (returns - values).var() / (returns.var() + 1e-5)
+            ).item()
+        return metrics
+
+    def perf_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
+        lengths = batch.batch["attention_mask"].sum(-1)
+        workers = self.config.world_size
+        update_flops = train_flops(self.config.model_shape, lengths) * self.config.ppo_epochs
+        mfu = update_flops / (timing["update_actor"] * self.peak_flops)
+        return {
+            "perf/total_num_tokens": float(lengths.sum()),
+            "perf/throughput": float(lengths.sum()) / (timing["step"] * workers),
+            "perf/mfu/actor": 0.0 if math.isinf(self.peak_flops) else mfu,
+        }
+
+    # --- checkpoints --------------------------------------------------------------
+
+    def save_checkpoint(self, step: int) -> None:
+        """``checkpoints/global_step_{step}/`` with actor, critic and driver state; then the pointer."""
+        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
+        self.actor_rollout_wg.save_checkpoint(os.path.join(path, "actor"))
+        if self.critic_wg is not None:
+            self.critic_wg.save_checkpoint(os.path.join(path, "critic"))
+        torch.save(
+            {"step": step, "data_rng": self.data_rng.get_state()}, os.path.join(path, "driver.pt")
+        )
+        # Written last: a checkpoint counts only once it is complete (veRL's file name).
+        with open(os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt"), "w") as f:
+            f.write(str(step))
+
+    def latest_checkpoint(self) -> int | None:
+        pointer = os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt")
+        if not os.path.exists(pointer):
+            return None
+        with open(pointer) as f:
+            return int(f.read().strip())
+
+    def load_checkpoint(self, step: int) -> None:
+        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
+        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
+        if self.critic_wg is not None:
+            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
+        driver = torch.load(os.path.join(path, "driver.pt"), weights_only=True)
+        self.data_rng.set_state(driver["data_rng"])
+
+    # --- the loop -----------------------------------------------------------------
+
+    def fit(self, progress: bool = True) -> list[dict[str, float]]:
+        """Warm up (or resume), then run RL steps until ``total_steps`` or the target score.
+
+        Returns the metrics of the steps run in this call (also in ``metrics.jsonl``).
+        """
+        c = self.config
+        start_step = self.latest_checkpoint() if c.resume else None
+        log = MetricsLog(c.output_dir, c.tensorboard, resume_step=start_step)
+        if start_step is not None:
+            self.load_checkpoint(start_step)
+        else:
+            start_step = 0
+            with timer("warmup", timing := {}):
+                warm = self.warmup()
+            log.log(0, {**warm, "timing_s/warmup": timing["warmup"]})
+        history: list[dict[str, float]] = []
+        bar = tqdm(range(start_step + 1, c.total_steps + 1), disable=not progress, desc=c.algo)
+        for step in bar:
+            metrics = self.step()
+            log.log(step, metrics)
+            history.append(metrics)
+            bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}")
+            if c.save_freq and step % c.save_freq == 0:
+                self.save_checkpoint(step)
+            recent = [m["critic/score/mean"] for m in history[-5:]]
+            if c.target_score and len(recent) == 5 and sum(recent) / 5 >= c.target_score:
+                break
+        log.close()
+        plot_reward_curve(
+            log.path,
+            os.path.join(c.output_dir, "reward_curve.png"),
+            f"{c.algo.upper()}, {c.preset}",
+        )
+        return history
+
+    def shutdown(self) -> None:
+        for pool in self.pools:
+            pool.release()

@@ -1,0 +1,337 @@
+"""The roles of the pipeline, as Workers the single controller drives.
+
+* :class:`ActorRolloutRefWorker` holds three models in one process, veRL's
+  hybrid engine: the **actor** (trained, FSDP2-sharded), the **rollout** copy
+  (whole weights, refreshed from the actor before every generation) and the
+  frozen **reference** policy. The same weights train and generate; the worker
+  switches mode by gathering the actor's shards into the rollout copy.
+* :class:`CriticWorker` holds the value model (PPO only).
+
+Every public method is ``@register``-ed: ``DP_COMPUTE_PROTO`` splits the
+controller's ``DataProto`` across ranks and concatenates the results;
+``ONE_TO_ALL`` sends the same arguments to every rank. Metrics are averaged
+over ranks with an all-reduce, so rank 0's ``meta_info["metrics"]`` (the one
+the collected DataProto keeps) is the global value.
+
+Follows ``ActorRolloutRefWorker`` and ``CriticWorker`` in
+``verl/workers/fsdp_workers.py`` and the PPO update in
+``verl/workers/actor/dp_actor.py`` / ``verl/workers/critic/dp_critic.py``
+(veRL commit b178a3cd). The docs walk through it in ``docs/rlhf/``.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from reference_impl.data_proto import DataProto
+from reference_impl.decorator import Dispatch, register
+from reference_impl.rlhf import core_algos, engine
+from reference_impl.rlhf.config import RLHFConfig
+from reference_impl.rlhf.metrics import device_peak_flops
+from reference_impl.rlhf.model import build_actor, build_critic, qwen2_config
+from reference_impl.rlhf.rollout import generate, response_log_probs
+from reference_impl.rlhf.tokenizer import CharTokenizer
+from reference_impl.worker import Worker
+
+
+def average_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
+    """The mean of each metric over all ranks (one all-reduce)."""
+    names = sorted(metrics)
+    values = torch.tensor([float(metrics[k]) for k in names], dtype=torch.float64)
+    if torch.cuda.is_available() and dist.get_backend() == "nccl":
+        values = values.cuda()
+    dist.all_reduce(values)
+    return {k: v / dist.get_world_size() for k, v in zip(names, values.tolist(), strict=True)}
+
+
+def mini_batches(data: DataProto, size: int, epochs: int, generator: torch.Generator):
+    """``epochs`` passes over ``data`` in shuffled mini-batches of ``size`` rows."""
+    for _ in range(epochs):
+        order = torch.randperm(len(data), generator=generator)
+        for start in range(0, len(data), size):
+            yield data.select_idxs(order[start : start + size])
+
+
+class _ModelWorker(Worker):
+    """Shared set-up: config, device, model config, per-rank random generators."""
+
+    def __init__(self, config: dict) -> None:
+        super().__init__()
+        self.config = RLHFConfig(**config)
+        self.device = self.config.device
+        self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        self.tokenizer = CharTokenizer()
+        tok = self.tokenizer
+        self.model_config = qwen2_config(
+            self.config.model_shape,
+            tok.vocab_size,
+            tok.pad_token_id,
+            tok.bos_token_id,
+            tok.eos_token_id,
+        )
+
+    def _setup(self) -> None:
+        engine.ensure_process_group(self, self.device)
+        torch.manual_seed(self.config.seed + self.rank)
+        # Shuffling and sampling draw from per-rank generators that checkpoints save.
+        self.shuffle_rng = torch.Generator().manual_seed(self.config.seed * 1009 + self.rank)
+
+    def _to_device(self, data: DataProto) -> DataProto:
+        return data.to(self.device)
+
+
+class ActorRolloutRefWorker(_ModelWorker):
+    """Actor, rollout and reference policy in one process (the hybrid engine)."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        """Build and shard the actor and the reference policy; return the parameter count."""
+        self._setup()
+        c = self.config
+        self.actor = engine.shard(
+            build_actor(self.model_config, c.seed, self.dtype).to(self.device), self.device
+        )
+        self.ref = engine.shard(
+            build_actor(self.model_config, c.seed, self.dtype).to(self.device), self.device
+        )
+        self.ref.requires_grad_(False)
+        self.rollout = build_actor(self.model_config, c.seed, self.dtype).to(self.device).eval()
+        self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=c.actor_lr)
+        self.sample_rng = torch.Generator(self.device).manual_seed(c.seed * 7919 + self.rank)
+        return sum(p.numel() for p in self.rollout.parameters())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def peak_flops(self) -> float:
+        """This rank's peak FLOP/s, the denominator of MFU (see :mod:`reference_impl.rlhf.metrics`)."""
+        return device_peak_flops(self.device)
+
+    # --- format warm-up: supervised, before RL -------------------------------
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def warmup_format(self, data: DataProto) -> DataProto:
+        """Teach the answer format only (digits then EOS, digits at random); then freeze the ref.
+
+        ``data`` holds ``input_ids`` [b, P + R] of prompts followed by random
+        well-formed answers and ``prompt_length`` in meta_info. Runs
+        ``meta_info["steps"]`` optimiser steps on this rank's share.
+        """
+        data = self._to_device(data)
+        prompt_length, steps = data.meta_info["prompt_length"], data.meta_info["steps"]
+        optimizer = torch.optim.AdamW(self.actor.parameters(), lr=self.config.warmup_lr)
+        ids = data.batch["input_ids"]
+        per_step = max(1, len(data) // steps)
+        for step in range(steps):
+            batch = ids[(step * per_step) % len(data) :][:per_step]
+            logits = self.actor(input_ids=batch).logits[:, prompt_length - 1 : -1].float()
+            loss = torch.nn.functional.cross_entropy(
+                logits.reshape(-1, logits.shape[-1]), batch[:, prompt_length:].reshape(-1)
+            )
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        # The reference policy is the policy RL starts from: the warmed-up actor.
+        with torch.no_grad():
+            for ref_param, param in zip(
+                self.ref.parameters(), self.actor.parameters(), strict=True
+            ):
+                ref_param.copy_(param)
+        metrics = average_over_ranks({"warmup/loss": loss.item()})
+        return DataProto(meta_info={"metrics": metrics})
+
+    # --- rollout -------------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sample one response per row of ``prompts.batch["input_ids"]`` [b, P].
+
+        Switches to generation mode first: the actor's shards are all-gathered
+        into the rollout model (every rank calls this, so the collective matches).
+        """
+        c = self.config
+        start = time.perf_counter()
+        self.rollout.load_state_dict(engine.full_state_dict(self.actor))
+        sync_s = time.perf_counter() - start
+        out = generate(
+            self.rollout,
+            prompts.batch["input_ids"].to(self.device),
+            max_new_tokens=c.max_new_tokens,
+            eos_token_id=self.tokenizer.eos_token_id,
+            pad_token_id=self.tokenizer.pad_token_id,
+            temperature=c.temperature,
+            top_p=c.top_p,
+            generator=self.sample_rng,
+        )
+        out.pop("prompts")
+        metrics = average_over_ranks({"timing_s/weight_sync": sync_s})
+        return DataProto.from_dict(
+            tensors={k: v.cpu() for k, v in out.items()}, meta_info={"metrics": metrics}
+        )
+
+    # --- log-probs -------------------------------------------------------------
+
+    def _log_probs(self, model, data: DataProto, with_entropy: bool = False):
+        b = data.batch
+        return response_log_probs(
+            model,
+            b["input_ids"],
+            b["attention_mask"],
+            b["position_ids"],
+            b["responses"].shape[1],
+            self.config.temperature,
+            with_entropy,
+        )
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` [b, R]: the actor's log-prob of each sampled token, before the update."""
+        with torch.no_grad():
+            log_probs = self._log_probs(self.actor, self._to_device(data))
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs.cpu()})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` [b, R]: the frozen reference policy's log-probs."""
+        with torch.no_grad():
+            log_probs = self._log_probs(self.ref, self._to_device(data))
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs.cpu()})
+
+    # --- the PPO update --------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """``ppo_epochs`` passes of clipped-surrogate updates over this rank's share.
+
+        Needs ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``,
+        ``response_mask``, ``old_log_probs``, ``advantages`` (and ``ref_log_prob``
+        when ``use_kl_loss``). Returns the metrics ``actor/pg_loss``,
+        ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/entropy``,
+        ``actor/kl_loss``, ``actor/grad_norm`` (means over mini-batches and ranks).
+        """
+        c = self.config
+        data = self._to_device(data)
+        per_rank = c.ppo_mini_batch_size // self.world_size
+        sums: dict[str, float] = {}
+        count = 0
+        for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
+            b = mb.batch
+            mask = b["response_mask"]
+            log_prob, entropy = self._log_probs(self.actor, mb, with_entropy=True)
+            pg_loss, pg_clipfrac, ppo_kl = core_algos.compute_policy_loss(
+                b["old_log_probs"], log_prob, b["advantages"], mask, c.clip_ratio, c.loss_agg_mode
+            )
+            entropy_loss = core_algos.agg_loss(entropy, mask, c.loss_agg_mode)
+            loss = pg_loss - c.entropy_coeff * entropy_loss
+            step = {
+                "actor/pg_loss": pg_loss.item(),
+                "actor/pg_clipfrac": pg_clipfrac.item(),
+                "actor/ppo_kl": ppo_kl.item(),
+                "actor/entropy": entropy_loss.item(),
+            }
+            if c.use_kl_loss:
+                kl = core_algos.kl_penalty(log_prob, b["ref_log_prob"], c.kl_loss_type)
+                kl_loss = core_algos.agg_loss(kl, mask, c.loss_agg_mode)
+                loss = loss + c.kl_loss_coef * kl_loss
+                step["actor/kl_loss"] = kl_loss.item()
+            self.optimizer.zero_grad()
+            loss.backward()
+            step["actor/grad_norm"] = engine.clip_grad_norm(self.actor, c.grad_clip)
+            self.optimizer.step()
+            for k, v in step.items():
+                sums[k] = sums.get(k, 0.0) + v
+            count += 1
+        return DataProto(
+            meta_info={"metrics": average_over_ranks({k: v / count for k, v in sums.items()})}
+        )
+
+    # --- checkpoints -----------------------------------------------------------
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Write the actor, its optimiser, the reference policy and the RNG states under ``path``."""
+        engine.save(path, *self._checkpoint_parts())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (the models must already be built)."""
+        engine.load(path, *self._checkpoint_parts())
+
+    def _checkpoint_parts(self):
+        models = {"actor": self.actor, "ref": self.ref}
+        rng = {"shuffle": self.shuffle_rng, "sample": self.sample_rng}
+        return models, {"actor": self.optimizer}, rng
+
+
+class CriticWorker(_ModelWorker):
+    """The value model: a scalar per token, trained on GAE returns (PPO)."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> int:
+        """Build and shard the critic; return its parameter count."""
+        self._setup()
+        critic = build_critic(self.model_config, self.config.seed + 1, self.dtype)
+        self.critic = engine.shard(critic.to(self.device), self.device)
+        self.optimizer = torch.optim.AdamW(self.critic.parameters(), lr=self.config.critic_lr)
+        return sum(p.numel() for p in critic.parameters())
+
+    def _values(self, data: DataProto) -> torch.Tensor:
+        b = data.batch
+        out = self.critic(
+            input_ids=b["input_ids"],
+            attention_mask=b["attention_mask"],
+            position_ids=b["position_ids"],
+        )
+        length = b["responses"].shape[1]
+        # The value at position t estimates the return of the state before token t + 1.
+        return out.logits[:, -length - 1 : -1, 0].float()
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """``values`` [b, R]: the critic's estimate before each response token."""
+        with torch.no_grad():
+            values = self._values(self._to_device(data))
+        return DataProto.from_dict(tensors={"values": values.cpu()})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """Clipped value-loss updates towards ``returns``; metrics ``critic/vf_loss``, ``critic/vf_clipfrac``."""
+        c = self.config
+        data = self._to_device(data)
+        per_rank = c.ppo_mini_batch_size // self.world_size
+        sums = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/grad_norm": 0.0}
+        count = 0
+        for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
+            b = mb.batch
+            vpreds = self._values(mb)
+            vf_loss, vf_clipfrac = core_algos.compute_value_loss(
+                vpreds,
+                b["returns"],
+                b["values"],
+                b["response_mask"],
+                c.cliprange_value,
+                c.loss_agg_mode,
+            )
+            self.optimizer.zero_grad()
+            vf_loss.backward()
+            sums["critic/grad_norm"] += engine.clip_grad_norm(self.critic, c.grad_clip)
+            self.optimizer.step()
+            sums["critic/vf_loss"] += vf_loss.item()
+            sums["critic/vf_clipfrac"] += vf_clipfrac.item()
+            count += 1
+        return DataProto(
+            meta_info={"metrics": average_over_ranks({k: v / count for k, v in sums.items()})}
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        engine.save(
+            path, {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
+        )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        engine.load(
+            path, {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
+        )
