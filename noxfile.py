@@ -3,6 +3,7 @@
     nox -s serve     build and serve the bilingual site on http://127.0.0.1:8000
     nox              the whole verification suite: tests, docs, lint
     nox -s tests -- -k tasks    pass pytest arguments after `--`
+    nox -s rlhf      train PPO and GRPO on CPU to the target score; benchmark against TRL
     nox -s bench     benchmarks: ratios against raw Ray, measured in one run
 
 Every session installs with the one constraints file, so versions are pinned.
@@ -31,8 +32,29 @@ DOCS_TOOLS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optio
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run every doc block (docs/) and every test (tests/) with pytest-xdist."""
-    session.install(*CONSTRAINTS, "-e", ".[test,docs]")
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def rlhf(session: nox.Session) -> None:
+    """Train the CPU preset with GRPO and PPO to critic/score/mean >= 0.9, then compare with TRL.
+
+    Each run must get there within 5 minutes, Ray start-up included; the runs go one
+    after the other so each has the whole machine. Curves and metrics stay in runs/.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test,rlhf,bench]")
+    session.run(
+        "pytest",
+        "-m",
+        "rlhf",
+        "-n",
+        "0",
+        "-s",
+        "tests/test_rlhf.py",
+        "tests/test_rlhf_benchmark.py",
+        *session.posargs,
+    )
 
 
 @nox.session
@@ -51,9 +73,14 @@ def serve(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks: overhead ratios against raw Ray, measured in one run (benchmarks/)."""
-    session.install(*CONSTRAINTS, "-e", ".")
+    """Benchmarks, each printing ratios measured in one run (benchmarks/).
+
+    single_controller.py: RayWorkerGroup against raw Ray; rlhf_vs_trl.py: our GRPO
+    against TRL's GRPOTrainer at equal wall time.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[rlhf,bench]")
     session.run("python", "benchmarks/single_controller.py", *session.posargs)
+    session.run("python", "benchmarks/rlhf_vs_trl.py")
 
 
 @nox.session

@@ -1,4 +1,4 @@
-"""Every knob of a run, its defaults per preset, and the checks that fail early with a clear message.
+"""Every knob of a run, its defaults per preset, and checks that fail early with a clear message.
 
 Names follow veRL's config where one exists (``verl/trainer/config/ppo_trainer.yaml``,
 veRL commit b178a3cd): ``train_batch_size`` counts prompts, ``n`` samples are drawn per
@@ -43,10 +43,10 @@ class RLHFConfig:
     entropy_coeff: float = 0.0
     grad_clip: float = 1.0
     use_kl_loss: bool = True
-    kl_loss_coef: float = 0.001
+    kl_loss_coef: float = 0.05
     kl_loss_type: str = "low_var_kl"
     use_kl_in_reward: bool = False
-    kl_coef: float = 0.001
+    kl_coef: float = 0.05
     kl_penalty: str = "kl"
     loss_agg_mode: str = "token-mean"
     # --- critic (PPO) ---
@@ -63,9 +63,9 @@ class RLHFConfig:
     # --- bookkeeping ---
     save_freq: int = 0  # checkpoint every N steps (0: never)
     resume: bool = False
-    target_score: float = (
-        0.0  # stop once the mean critic/score/mean of 5 steps reaches it (0: never)
-    )
+    # Stop once critic/score/mean averaged over 5 steps reaches this (0: never).
+    target_score: float = 0.0
+    time_limit_s: float = 0.0  # stop RL after this many seconds (0: no limit)
     tensorboard: bool = True
 
     @property
@@ -132,6 +132,8 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
     Raises:
         ConfigError
     """
+    if config.algo == "grpo" and config.n < 2:
+        raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")
     responses = config.responses_per_step
     if responses % config.world_size:
         raise ConfigError(
@@ -149,8 +151,6 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
             f"ppo_mini_batch_size={config.ppo_mini_batch_size} does not split across "
             f"world_size={config.world_size} ranks; make it a multiple of world_size"
         )
-    if config.algo == "grpo" and config.n < 2:
-        raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")
     if config.max_new_tokens <= config.num_digits:
         raise ConfigError(
             f"max_new_tokens={config.max_new_tokens} leaves no room for {config.num_digits} "

@@ -229,7 +229,7 @@ class RLHFTrainer:
     # --- checkpoints --------------------------------------------------------------
 
     def save_checkpoint(self, step: int) -> None:
-        """``checkpoints/global_step_{step}/`` with actor, critic and driver state; then the pointer."""
+        """Write ``checkpoints/global_step_{step}/`` (actor, critic, driver), then the pointer."""
         path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
         self.actor_rollout_wg.save_checkpoint(os.path.join(path, "actor"))
         if self.critic_wg is not None:
@@ -274,6 +274,7 @@ class RLHFTrainer:
                 warm = self.warmup()
             log.log(0, {**warm, "timing_s/warmup": timing["warmup"]})
         history: list[dict[str, float]] = []
+        started = time.perf_counter()
         bar = tqdm(range(start_step + 1, c.total_steps + 1), disable=not progress, desc=c.algo)
         for step in bar:
             metrics = self.step()
@@ -284,6 +285,8 @@ class RLHFTrainer:
                 self.save_checkpoint(step)
             recent = [m["critic/score/mean"] for m in history[-5:]]
             if c.target_score and len(recent) == 5 and sum(recent) / 5 >= c.target_score:
+                break
+            if c.time_limit_s and time.perf_counter() - started >= c.time_limit_s:
                 break
         log.close()
         plot_reward_curve(

@@ -105,7 +105,7 @@ class ActorRolloutRefWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def peak_flops(self) -> float:
-        """This rank's peak FLOP/s, the denominator of MFU (see :mod:`reference_impl.rlhf.metrics`)."""
+        """This rank's peak FLOP/s: the denominator of MFU (:mod:`reference_impl.rlhf.metrics`)."""
         return device_peak_flops(self.device)
 
     # --- format warm-up: supervised, before RL -------------------------------
@@ -186,7 +186,7 @@ class ActorRolloutRefWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """``old_log_probs`` [b, R]: the actor's log-prob of each sampled token, before the update."""
+        """``old_log_probs`` [b, R]: log-probs of the sampled tokens under the actor, pre-update."""
         with torch.no_grad():
             log_probs = self._log_probs(self.actor, self._to_device(data))
         return DataProto.from_dict(tensors={"old_log_probs": log_probs.cpu()})
@@ -250,7 +250,7 @@ class ActorRolloutRefWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
-        """Write the actor, its optimiser, the reference policy and the RNG states under ``path``."""
+        """Write the actor, its optimiser, the reference policy and RNG states under ``path``."""
         engine.save(path, *self._checkpoint_parts())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -296,7 +296,10 @@ class CriticWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        """Clipped value-loss updates towards ``returns``; metrics ``critic/vf_loss``, ``critic/vf_clipfrac``."""
+        """Clipped value-loss updates towards ``returns``.
+
+        Returns the metrics ``critic/vf_loss``, ``critic/vf_clipfrac`` and ``critic/grad_norm``.
+        """
         c = self.config
         data = self._to_device(data)
         per_rank = c.ppo_mini_batch_size // self.world_size
@@ -326,12 +329,13 @@ class CriticWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
-        engine.save(
-            path, {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
-        )
+        """Write the critic, its optimiser and the shuffling RNG state under ``path``."""
+        engine.save(path, *self._checkpoint_parts())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        engine.load(
-            path, {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
-        )
+        """Restore what :meth:`save_checkpoint` wrote."""
+        engine.load(path, *self._checkpoint_parts())
+
+    def _checkpoint_parts(self):
+        return {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
