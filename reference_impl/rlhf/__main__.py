@@ -3,7 +3,7 @@
 Any field of :class:`~reference_impl.rlhf.config.RLHFConfig` can be overridden
 with ``--set name=value`` (e.g. ``--set n=4 --set actor_lr=1e-4``). Without
 ``RAY_ADDRESS`` a local Ray instance is started; with it, the run joins that
-cluster (see the cluster chapter).
+cluster, as veRL's trainer does.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=("cpu", "gpu"), default="cpu")
     parser.add_argument("--output-dir", default="runs/rlhf")
     parser.add_argument("--total-steps", type=int)
-    parser.add_argument("--world-size", type=int)
+    parser.add_argument("--world-size", type=int, help="data-parallel ranks per role")
+    parser.add_argument("--nnodes", type=int, help="nodes a role spans (default 1)")
     parser.add_argument("--layout", choices=("colocated", "separate"))
     parser.add_argument("--save-freq", type=int)
     parser.add_argument("--resume", action="store_true", help="continue from the last checkpoint")
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     overrides = {"output_dir": args.output_dir, "resume": args.resume}
-    for name in ("total_steps", "world_size", "layout", "save_freq", "target_score"):
+    for name in ("total_steps", "world_size", "nnodes", "layout", "save_freq", "target_score"):
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     try:
@@ -67,8 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             ray.init()
         else:
             # Logical CPUs: a CPU run wants one per worker process, even on a 2-core laptop.
-            pools = 2 if config.layout == "separate" and config.use_critic else 1
-            ray.init(num_cpus=max(os.cpu_count() or 1, config.world_size * pools))
+            ray.init(num_cpus=max(os.cpu_count() or 1, config.num_processes))
     trainer = RLHFTrainer(config)
     try:
         trainer.init_workers()

@@ -58,7 +58,8 @@ class RLHFConfig:
     warmup_steps: int = 100
     warmup_lr: float = 3e-3
     # --- placement ---
-    world_size: int = 2  # data-parallel ranks per role
+    world_size: int = 2  # data-parallel ranks per role, over all nodes
+    nnodes: int = 1  # nodes a role spans: world_size // nnodes processes on each
     layout: str = "colocated"  # "colocated": one pool for all roles; "separate": a pool each
     # --- bookkeeping ---
     save_freq: int = 0  # checkpoint every N steps (0: never)
@@ -79,6 +80,17 @@ class RLHFConfig:
     @property
     def device(self) -> str:
         return "cuda" if self.preset == "gpu" else "cpu"
+
+    @property
+    def process_on_nodes(self) -> list[int]:
+        """A role's pool: ``world_size // nnodes`` processes on each of ``nnodes`` nodes."""
+        return [self.world_size // self.nnodes] * self.nnodes
+
+    @property
+    def num_processes(self) -> int:
+        """Worker processes of the whole run (separate pools double them for PPO)."""
+        pools = 2 if self.layout == "separate" and self.use_critic else 1
+        return self.world_size * pools
 
     @property
     def responses_per_step(self) -> int:
@@ -160,9 +172,13 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
         raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
     if config.world_size < 1:
         raise ConfigError(f"world_size must be >= 1, got {config.world_size}")
+    if config.nnodes < 1 or config.world_size % config.nnodes:
+        raise ConfigError(
+            f"world_size={config.world_size} does not split evenly over nnodes="
+            f"{config.nnodes}; make world_size a multiple of nnodes"
+        )
     if gpus_available is not None and config.device == "cuda":
-        pools = 2 if config.layout == "separate" and config.use_critic else 1
-        needed = config.world_size * pools
+        needed = config.num_processes
         if needed > gpus_available:
             raise ConfigError(
                 f"the gpu preset with world_size={config.world_size} and layout="

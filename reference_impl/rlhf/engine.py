@@ -4,8 +4,9 @@
   unit per decoder layer plus the root, as veRL's FSDP workers do. Each rank
   then keeps ``1 / world_size`` of every parameter, gradient and optimiser state.
 * :func:`full_state_dict` all-gathers the sharded weights into ordinary tensors:
-  the hybrid engine's switch from training to generation (veRL's
-  ``FSDPVLLMShardingManager`` does the same before handing weights to vLLM).
+  the hybrid engine's switch from training to generation (veRL does it in
+  ``ActorRolloutRefWorker.rollout_mode`` in ``verl/workers/fsdp_workers.py``
+  before handing the weights to its inference engine).
 * :func:`save` / :func:`load` write and read a sharded checkpoint with
   ``torch.distributed.checkpoint`` (each rank writes its own shards), plus the
   per-rank random-number state, so a resumed run repeats the same samples.
@@ -30,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 def ensure_process_group(worker, device: str) -> None:
@@ -46,12 +47,19 @@ def ensure_process_group(worker, device: str) -> None:
 def shard(model: torch.nn.Module, device: str) -> torch.nn.Module:
     """Shard ``model`` in place with FSDP2 over all ranks; returns it.
 
-    ``model`` must have ``.model.layers`` (Hugging Face decoder layout).
+    ``model`` must have ``.model.layers`` (Hugging Face decoder layout) and fp32
+    parameters. On GPU, forward and backward run in bf16 while the sharded fp32
+    parameters (the "master weights") take the optimiser step and gradients are
+    reduced in fp32, as veRL's actor does: a small update such as ``1e-5 * g``
+    would vanish if added to bf16 weights directly.
     """
     mesh = init_device_mesh(device, (dist.get_world_size(),))
+    policy = MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16 if device == "cuda" else None, reduce_dtype=torch.float32
+    )
     for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
     return model
 
 

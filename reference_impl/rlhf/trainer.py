@@ -75,7 +75,7 @@ class RLHFTrainer:
         critic_cls = RayClassWithInitArgs(CriticWorker, *args)
         if c.use_critic and c.layout == "colocated":
             # One process per rank holds both roles (veRL's default for FSDP).
-            pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+            pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
             colocated = create_colocated_worker_cls(
                 {"actor_rollout": actor_cls, "critic": critic_cls}
             )
@@ -83,12 +83,14 @@ class RLHFTrainer:
             self.actor_rollout_wg, self.critic_wg = groups["actor_rollout"], groups["critic"]
             self.pools = [pool]
         else:
-            actor_pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+            actor_pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
             self.actor_rollout_wg = RayWorkerGroup(actor_pool, actor_cls)
             self.pools = [actor_pool]
             self.critic_wg = None
             if c.use_critic:
-                critic_pool = RayResourcePool([c.world_size], use_gpu=use_gpu, max_colocate_count=1)
+                critic_pool = RayResourcePool(
+                    c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1
+                )
                 self.critic_wg = RayWorkerGroup(critic_pool, critic_cls)
                 self.pools.append(critic_pool)
         self.num_params = self.actor_rollout_wg.init_model()[0]
@@ -217,7 +219,7 @@ class RLHFTrainer:
 
     def perf_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         lengths = batch.batch["attention_mask"].sum(-1)
-        workers = self.config.world_size
+        workers = self.config.num_processes  # veRL divides by all GPUs of the run
         update_flops = train_flops(self.config.model_shape, lengths) * self.config.ppo_epochs
         mfu = update_flops / (timing["update_actor"] * self.peak_flops)
         return {

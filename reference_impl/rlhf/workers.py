@@ -62,7 +62,9 @@ class _ModelWorker(Worker):
         super().__init__()
         self.config = RLHFConfig(**config)
         self.device = self.config.device
-        self.dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        # Trained models keep fp32 master weights (engine.shard computes in bf16 on GPU);
+        # the rollout copy only generates, so on GPU it is bf16 outright.
+        self.rollout_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.tokenizer = CharTokenizer()
         tok = self.tokenizer
         self.model_config = qwen2_config(
@@ -92,13 +94,12 @@ class ActorRolloutRefWorker(_ModelWorker):
         self._setup()
         c = self.config
         self.actor = engine.shard(
-            build_actor(self.model_config, c.seed, self.dtype).to(self.device), self.device
+            build_actor(self.model_config, c.seed).to(self.device), self.device
         )
-        self.ref = engine.shard(
-            build_actor(self.model_config, c.seed, self.dtype).to(self.device), self.device
-        )
+        self.ref = engine.shard(build_actor(self.model_config, c.seed).to(self.device), self.device)
         self.ref.requires_grad_(False)
-        self.rollout = build_actor(self.model_config, c.seed, self.dtype).to(self.device).eval()
+        self.rollout = build_actor(self.model_config, c.seed, self.rollout_dtype)
+        self.rollout = self.rollout.to(self.device).eval()
         self.optimizer = torch.optim.AdamW(self.actor.parameters(), lr=c.actor_lr)
         self.sample_rng = torch.Generator(self.device).manual_seed(c.seed * 7919 + self.rank)
         return sum(p.numel() for p in self.rollout.parameters())
@@ -271,7 +272,7 @@ class CriticWorker(_ModelWorker):
     def init_model(self) -> int:
         """Build and shard the critic; return its parameter count."""
         self._setup()
-        critic = build_critic(self.model_config, self.config.seed + 1, self.dtype)
+        critic = build_critic(self.model_config, self.config.seed + 1)
         self.critic = engine.shard(critic.to(self.device), self.device)
         self.optimizer = torch.optim.AdamW(self.critic.parameters(), lr=self.config.critic_lr)
         return sum(p.numel() for p in critic.parameters())
