@@ -181,17 +181,8 @@ PPO_ONLY = ["timing_s/values", "timing_s/update_critic", "critic/vf_explained_va
 
 
 def run_cli(output_dir: Path, *args: str, wait: bool = True):
-    command = [
-        sys.executable,
-        "-m",
-        "reference_impl.rlhf",
-        "--output-dir",
-        str(output_dir),
-        "--no-progress",
-        "--set",
-        "warmup_steps=20",
-        *args,
-    ]
+    module = [sys.executable, "-m", "reference_impl.rlhf"]
+    command = [*module, "--output-dir", str(output_dir), "--no-progress", *args]
     # A session of its own, so a kill takes Ray's processes down with the driver.
     process = subprocess.Popen(
         command,

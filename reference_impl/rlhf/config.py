@@ -55,7 +55,7 @@ class RLHFConfig:
     gamma: float = 1.0
     lam: float = 1.0
     # --- format warm-up (supervised, reported apart from RL) ---
-    warmup_steps: int = 100
+    warmup_steps: int = 30
     warmup_lr: float = 3e-3
     # --- placement ---
     world_size: int = 2  # data-parallel ranks per role, over all nodes
@@ -105,7 +105,7 @@ DEFAULTS = {
     "grpo": {},
     # PPO: one response per prompt, a critic with GAE, KL subtracted from the reward.
     "ppo": {
-        "train_batch_size": 256,
+        "train_batch_size": 128,
         "n": 1,
         "use_kl_loss": False,
         "use_kl_in_reward": True,

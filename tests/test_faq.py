@@ -1,0 +1,111 @@
+"""The FAQ answers every seed question, in both languages, and every link on it lands.
+
+The seed questions live next to the repository, in ``../shared/seed-questions.yaml``.
+A clean clone (CI) may not have that file; the checks that need it are then skipped,
+and the link checks still run.
+
+Anchors are checked the way MkDocs resolves them: an explicit ``{#id}`` on a
+heading, or else the slug that the ``toc`` extension makes from the heading text.
+A link on the Chinese FAQ lands on the Chinese twin of its target, so its anchor
+is looked up there.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+
+import pytest
+from markdown.extensions.toc import slugify
+from mkdocs.config import load_config
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+SEED_QUESTIONS = REPO.parent / "shared" / "seed-questions.yaml"
+FAQ = {"en": DOCS / "faq.md", "zh": DOCS / "faq.zh.md"}
+PLANNED = {"en": "A full chapter on this is planned", "zh": "完整章节正在编写中"}
+
+CODE_BLOCK = re.compile(r"^(\s*)(```|~~~).*?^\1\2\s*$", re.M | re.S)
+HEADING = re.compile(r"^#{1,6} +(?P<text>.*?)(?: *\{#(?P<id>[^}]+)\})? *$", re.M)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+@pytest.fixture(scope="module")
+def seed_ids() -> list[str]:
+    if not SEED_QUESTIONS.exists():
+        pytest.skip(f"{SEED_QUESTIONS} is not here (a clean clone has no ../shared/)")
+    # Read the ids line by line, as the project's hook does: the file is not valid YAML
+    # (some `en:` glosses contain ": " or start with a quoted phrase).
+    return re.findall(r"^- id: *(\S+)", SEED_QUESTIONS.read_text("utf-8"), flags=re.M)
+
+
+def anchor_of(seed_id: str) -> str:
+    """``Q01-object-store-vs-dataflow`` -> ``q01``."""
+    return seed_id.split("-")[0].lower()
+
+
+def prose(page: Path) -> str:
+    return CODE_BLOCK.sub("", page.read_text("utf-8"))
+
+
+def sections(page: Path) -> dict[str, str]:
+    """Explicit id -> text of each ``##`` section of the page, in page order."""
+    parts = re.split(r"^(?=## )", prose(page), flags=re.M)[1:]
+    return {HEADING.match(part)["id"]: part for part in parts}
+
+
+def zh_twin(page: Path) -> Path:
+    return page.with_name(page.name[: -len(".md")] + ".zh.md")
+
+
+@functools.cache
+def toc_config() -> dict:
+    return load_config(str(REPO / "mkdocs.yml"))["mdx_configs"].get("toc", {})
+
+
+def slug(text: str) -> str:
+    """The anchor MkDocs gives a heading without an explicit id (toc's slugify, as configured)."""
+    return toc_config().get("slugify", slugify)(text, toc_config().get("separator", "-"))
+
+
+def anchors(page: Path) -> set[str]:
+    return {m["id"] or slug(m["text"]) for m in HEADING.finditer(prose(page))}
+
+
+@pytest.mark.parametrize("lang", FAQ)
+def test_one_section_per_seed_question_in_order(lang, seed_ids):
+    page = FAQ[lang]
+    ids = [m["id"] for m in HEADING.finditer(prose(page)) if m["id"]]
+    assert ids == [anchor_of(s) for s in seed_ids], f"{page.name}: explicit ids {ids}"
+    for seed_id, text in zip(seed_ids, sections(page).values(), strict=True):
+        heading = text.splitlines()[0]
+        assert heading.startswith(f"## {seed_id.split('-')[0]} "), heading
+        assert seed_id in text, f"{page.name}: section {anchor_of(seed_id)} never names {seed_id}"
+
+
+@pytest.mark.parametrize("lang", FAQ)
+def test_every_section_links_to_another_page(lang):
+    for anchor, text in sections(FAQ[lang]).items():
+        pages = {link.split("#")[0] for link in LINK.findall(text)} - {"", FAQ["en"].name}
+        assert pages, f"{FAQ[lang].name}#{anchor} links to no other page"
+
+
+@pytest.mark.parametrize("lang", FAQ)
+def test_every_link_lands_on_a_page_and_an_anchor(lang):
+    for link in LINK.findall(prose(FAQ[lang])):
+        path, _, anchor = link.partition("#")
+        target = DOCS / path
+        assert target.is_file(), f"{FAQ[lang].name}: {link} points to no page under docs/"
+        if lang == "zh":
+            target = zh_twin(target)
+        if anchor:
+            assert anchor in anchors(target), f"{FAQ[lang].name}: {link}: no such anchor"
+
+
+def test_planned_chapters_are_marked_in_both_languages():
+    planned = {
+        lang: [a for a, text in sections(page).items() if PLANNED[lang] in " ".join(text.split())]
+        for lang, page in FAQ.items()
+    }
+    assert planned["en"] == planned["zh"]
