@@ -1,0 +1,38 @@
+"""The GRPO benchmark against TRL runs (in its quick mode) and reports both systems and the ratios.
+
+Who is faster or learns more is printed, not asserted: a 15-second run on a shared
+machine says nothing reliable about that.
+"""
+
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "rlhf_vs_trl.py"
+
+
+# Minutes of CPU for both trainers: it runs with the learning runs, in `nox -s rlhf`.
+@pytest.mark.rlhf
+def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios():
+    # TRL and its dependencies are not dependencies of reference_impl.
+    for module in ("trl", "transformers", "datasets", "tokenizers"):
+        pytest.importorskip(module)
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = done.stdout
+    rows = {line.split(" (")[0] for line in out.splitlines()}
+    assert {"ours", "TRL GRPOTrainer"} <= rows, out
+    for what in ("tokens/s", "reward at equal wall time"):
+        match = re.search(rf"^ours/TRL {re.escape(what)}: (\S+)x$", out, re.MULTILINE)
+        assert match, f"no ours/TRL {what} ratio in:\n{out}"
+        ratio = float(match.group(1))
+        assert math.isfinite(ratio) and ratio > 0, (what, ratio)
