@@ -33,15 +33,17 @@ DOCS_TOOLS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optio
 def tests(session: nox.Session) -> None:
     """Run every doc block (docs/) and every test (tests/) with pytest-xdist."""
     session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf]")
-    session.run("pytest", *session.posargs)
+    # --durations: the slowest items, so a run that creeps towards its budget shows why.
+    session.run("pytest", "--durations=15", *session.posargs)
 
 
 @nox.session
 def rlhf(session: nox.Session) -> None:
-    """Train the CPU preset with GRPO and PPO to critic/score/mean >= 0.9, then compare with TRL.
+    """The RLHF pipeline on Ray: train GRPO and PPO to the target, resume, compare with TRL.
 
-    Each run must get there within 5 minutes, Ray start-up included; the runs go one
-    after the other so each has the whole machine. Curves and metrics stay in runs/.
+    Each learning run must reach critic/score/mean >= 0.9 within 5 minutes, Ray start-up
+    included; the runs go one after the other so each has the whole machine. Curves
+    and metrics stay in runs/. Also a short separate-pools run and a kill-and-resume run.
     """
     session.install(*CONSTRAINTS, "-e", ".[test,rlhf,bench]")
     session.run(

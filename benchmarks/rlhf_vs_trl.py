@@ -46,8 +46,8 @@ wall time and at equal RL steps (which separates sample efficiency from speed). 
 seed's reward swings from step to step and can collapse and recover within a run, so
 read the reward ratios as one sample. Only ratios and figures of this run are printed:
 absolute speed on a shared machine is noise, and a multi-threaded process (TRL's) slows
-down far more than single-threaded ones when other processes take its cores, which is
-why the load average is printed.
+down far more than single-threaded ones when other processes take its cores (hence
+``OMP_WAIT_POLICY=PASSIVE`` unless set, and the load average in the table).
 """
 
 from __future__ import annotations
@@ -59,6 +59,10 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# OpenMP threads that spin while they wait stall a multi-threaded process (TRL's) by 10x
+# or more when other processes share the cores; sleeping waiters keep it usable. Read when
+# torch loads OpenMP, so set before torch is imported; our one-thread workers are unaffected.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import math

@@ -1,8 +1,8 @@
 """The FAQ answers every seed question, in both languages, and every link on it lands.
 
-The seed questions live next to the repository, in ``../shared/seed-questions.yaml``.
-A clean clone (CI) may not have that file; the checks that need it are then skipped,
-and the link checks still run.
+The seed questions live next to the repository, in ``../shared/seed-questions.yaml``;
+their ids are kept in ``SEED_IDS`` so a clean clone (CI) checks the FAQ against them
+too, and one test compares the two whenever the file is present.
 
 Anchors are checked the way MkDocs resolves them: an explicit ``{#id}`` on a
 heading, or else the slug that the ``toc`` extension makes from the heading text.
@@ -31,13 +31,44 @@ HEADING = re.compile(r"^#{1,6} +(?P<text>.*?)(?: *\{#(?P<id>[^}]+)\})? *$", re.M
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
+# The ids of ../shared/seed-questions.yaml, kept here so that a clean clone (CI), which
+# has no ../shared/, still checks the FAQ against them.
+SEED_IDS = [
+    "Q01-object-store-vs-dataflow",
+    "Q02-where-are-ray-actors-in-verl",
+    "Q03-what-verl-needs-ray-for",
+    "Q04-fsdp-vs-megatron-vs-ray",
+    "Q05-who-does-data-and-model-parallelism",
+    "Q06-worker-and-workergroup-layers",
+    "Q07-ray-data-parallel-claim",
+    "Q08-worker-vs-ray-actor-naming",
+    "Q09-task-parallelism-in-verl",
+    "Q10-what-is-a-node",
+    "Q11-resource-management-pain-points",
+    "Q12-dynamic-scheduler",
+    "Q13-cluster-setup-step-by-step",
+    "Q14-tools-scaling-bottlenecks-faults",
+    "Q15-submit-to-existing-cluster",
+    "Q16-controller-as-remote-function",
+    "Q17-execute-all-sync-and-dispatch",
+    "Q18-tasks-vs-actors-tradeoffs",
+    "Q19-ray-architecture",
+    "Q20-ray-throughput-claim",
+]
+
+
 @pytest.fixture(scope="module")
 def seed_ids() -> list[str]:
+    return SEED_IDS
+
+
+def test_the_kept_ids_match_the_seed_questions():
     if not SEED_QUESTIONS.exists():
         pytest.skip(f"{SEED_QUESTIONS} is not here (a clean clone has no ../shared/)")
     # Read the ids line by line, as the project's hook does: the file is not valid YAML
     # (some `en:` glosses contain ": " or start with a quoted phrase).
-    return re.findall(r"^- id: *(\S+)", SEED_QUESTIONS.read_text("utf-8"), flags=re.M)
+    ids = re.findall(r"^- id: *(\S+)", SEED_QUESTIONS.read_text("utf-8"), flags=re.M)
+    assert ids == SEED_IDS, "the seed questions changed: update SEED_IDS and the FAQ"
 
 
 def anchor_of(seed_id: str) -> str:
