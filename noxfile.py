@@ -78,11 +78,13 @@ def bench(session: nox.Session) -> None:
     """Benchmarks, each printing ratios measured in one run (benchmarks/).
 
     single_controller.py: RayWorkerGroup against raw Ray; rlhf_vs_trl.py: our GRPO
-    against TRL's GRPOTrainer at equal wall time.
+    against TRL's GRPOTrainer at equal wall time; rlhf_generation.py: our rollout
+    against transformers' generate (the gpu preset on a CUDA machine).
     """
     session.install(*CONSTRAINTS, "-e", ".[rlhf,bench]")
     session.run("python", "benchmarks/single_controller.py", *session.posargs)
     session.run("python", "benchmarks/rlhf_vs_trl.py")
+    session.run("python", "benchmarks/rlhf_generation.py")
 
 
 @nox.session

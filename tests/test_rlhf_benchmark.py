@@ -29,6 +29,7 @@ def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
+    print(out)  # the table and its ratios, for the log of `nox -s rlhf`
     rows = {line.split(" (")[0] for line in out.splitlines()}
     assert {"ours", "TRL GRPOTrainer"} <= rows, out
     for what in ("tokens/s", "reward at equal wall time"):
@@ -36,3 +37,17 @@ def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios():
         assert match, f"no ours/TRL {what} ratio in:\n{out}"
         ratio = float(match.group(1))
         assert math.isfinite(ratio) and ratio > 0, (what, ratio)
+
+
+@pytest.mark.rlhf
+def test_rollout_speed_benchmark_reports_the_ratio_to_transformers_generate():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK.with_name("rlhf_generation.py")), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(done.stdout)
+    match = re.search(r"^ours/transformers tokens/s: (\S+)x$", done.stdout, re.MULTILINE)
+    assert match and float(match.group(1)) > 0, done.stdout

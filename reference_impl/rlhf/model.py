@@ -42,7 +42,7 @@ PRESETS = {
 }
 
 
-def qwen2_config(shape: ModelShape, vocab_size: int, pad_token_id: int, bos: int, eos: int):
+def qwen2_config(shape: ModelShape, vocab_size: int, pad_token_id: int, bos: int, eos: int | None):
     """A ``transformers.Qwen2Config`` of ``shape`` for a vocabulary of ``vocab_size`` tokens."""
     from transformers import Qwen2Config
 
