@@ -45,9 +45,11 @@ time; the reward is the mean score (``critic/score/mean``) of the last 5 steps, 
 wall time and at equal RL steps (which separates sample efficiency from speed). One
 seed's reward swings from step to step and can collapse and recover within a run, so
 read the reward ratios as one sample. Only ratios and figures of this run are printed:
-absolute speed on a shared machine is noise, and a multi-threaded process (TRL's) slows
-down far more than single-threaded ones when other processes take its cores (hence
-``OMP_WAIT_POLICY=PASSIVE`` unless set, and the load average in the table).
+absolute speed on a shared machine is noise. A multi-threaded process (TRL's, by
+default) slows down far more than single-threaded ones when other processes take its
+cores, as its OpenMP threads wait for each other: the table prints the load average, and
+``--trl-threads 1`` gives TRL one thread like each of our workers (steadier on a busy
+machine, somewhat slower on an idle one).
 """
 
 from __future__ import annotations
@@ -59,10 +61,6 @@ import os
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# OpenMP threads that spin while they wait stall a multi-threaded process (TRL's) by 10x
-# or more when other processes share the cores; sleeping waiters keep it usable. Read when
-# torch loads OpenMP, so set before torch is imported; our one-thread workers are unaffected.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse
 import math
@@ -224,14 +222,17 @@ def format_warmup(model, config: RLHFConfig, data_rng: torch.Generator) -> tuple
     return time.perf_counter() - start, loss.item()
 
 
-def run_trl(config: RLHFConfig, seconds: float, workdir: str) -> Run:
+def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) -> Run:
     from dataclasses import fields
 
     from datasets import Dataset
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    run = Run(f"TRL GRPOTrainer (1 process, {torch.get_num_threads()} threads)")
+    if threads:
+        torch.set_num_threads(threads)
+    count = torch.get_num_threads()
+    run = Run(f"TRL GRPOTrainer (1 process, {count} thread{'s' if count > 1 else ''})")
     tokenizer, task = CharTokenizer(), DigitSumTask(num_digits=config.num_digits)
     hf_tokenizer = char_tokenizer_for_hf(tokenizer)
     for target in range(task.max_target + 1):
@@ -387,8 +388,9 @@ def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> None:
     )
     cpus = os.cpu_count() or 1
     if max(ours.load, trl.load) > 2 * cpus:
-        # Each of our workers runs one torch thread; TRL's process runs one per core, and
-        # multi-threaded kernels stall when other processes take their cores.
+        # Each of our workers runs one torch thread; TRL's process runs one per core unless
+        # --trl-threads says otherwise, and multi-threaded kernels stall when other
+        # processes take their cores.
         print(
             f"note: the load average reached {max(ours.load, trl.load):.1f} on {cpus} CPUs; "
             "other processes competed for the CPUs, so these ratios do not compare the systems"
@@ -412,6 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=90.0, help="RL wall time per system")
     parser.add_argument("--world-size", type=int, default=2, help="our data-parallel workers")
     parser.add_argument("--quick", action="store_true", help="15 s per system (for the tests)")
+    parser.add_argument(
+        "--trl-threads", type=int, default=0, help="torch threads for TRL (default: torch's)"
+    )
     args = parser.parse_args(argv)
     seconds = 15.0 if args.quick else args.seconds
 
@@ -426,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
             tensorboard=False,
         )
         ours = run_ours(config)
-        trl = run_trl(config, seconds, workdir)
+        trl = run_trl(config, seconds, workdir, args.trl_threads)
     report(ours, trl, config, seconds)
     return 0
 
