@@ -75,6 +75,18 @@ def clip_grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
+def _sharded_state(models: dict, optimizers: dict) -> dict:
+    """``{name: {"model": ..., "optim": ...}}`` of DTensor shards: what DCP reads and writes."""
+    state = {}
+    for name, model in models.items():
+        if name in optimizers:
+            model_sd, optim_sd = get_state_dict(model, optimizers[name])
+            state[name] = {"model": model_sd, "optim": optim_sd}
+        else:
+            state[name] = {"model": get_model_state_dict(model)}
+    return state
+
+
 def save(path: str, models: dict, optimizers: dict, rng: dict) -> None:
     """Save sharded models and optimisers under ``path`` and this rank's RNG states.
 
@@ -82,14 +94,7 @@ def save(path: str, models: dict, optimizers: dict, rng: dict) -> None:
         models: ``{name: FSDP2 module}``; optimizers: ``{name: optimizer of models[name]}``.
         rng: ``{name: torch.Generator}``; the global torch RNG is saved as well.
     """
-    state = {}
-    for name, model in models.items():
-        if name in optimizers:
-            model_sd, optim_sd = get_state_dict(model, optimizers[name])
-            state[name] = {"model": model_sd, "optim": optim_sd}
-        else:
-            state[name] = {"model": get_model_state_dict(model)}
-    dcp.save(state, checkpoint_id=path)
+    dcp.save(_sharded_state(models, optimizers), checkpoint_id=path)
     rank_rng = {name: g.get_state() for name, g in rng.items()}
     rank_rng["torch"] = torch.get_rng_state()
     torch.save(rank_rng, os.path.join(path, f"rng_rank{dist.get_rank()}.pt"))
@@ -97,14 +102,8 @@ def save(path: str, models: dict, optimizers: dict, rng: dict) -> None:
 
 def load(path: str, models: dict, optimizers: dict, rng: dict) -> None:
     """Load what :func:`save` wrote into the same (already sharded) models and optimisers."""
-    state = {}
-    for name, model in models.items():
-        if name in optimizers:
-            model_sd, optim_sd = get_state_dict(model, optimizers[name])
-            state[name] = {"model": model_sd, "optim": optim_sd}
-        else:
-            state[name] = {"model": get_model_state_dict(model)}
-    dcp.load(state, checkpoint_id=path)
+    state = _sharded_state(models, optimizers)
+    dcp.load(state, checkpoint_id=path)  # fills the tensors of ``state`` in place
     for name, model in models.items():
         if name in optimizers:
             set_state_dict(

@@ -47,6 +47,12 @@ def average_over_ranks(metrics: dict[str, float]) -> dict[str, float]:
     return {k: v / dist.get_world_size() for k, v in zip(names, values.tolist(), strict=True)}
 
 
+def metrics_of(steps: list[dict[str, float]]) -> DataProto:
+    """A DataProto whose meta_info holds each metric's mean over optimiser steps and ranks."""
+    means = {name: sum(step[name] for step in steps) / len(steps) for name in steps[0]}
+    return DataProto(meta_info={"metrics": average_over_ranks(means)})
+
+
 def mini_batches(data: DataProto, size: int, epochs: int, generator: torch.Generator):
     """``epochs`` passes over ``data`` in shuffled mini-batches of ``size`` rows."""
     for _ in range(epochs):
@@ -83,6 +89,20 @@ class _ModelWorker(Worker):
 
     def _to_device(self, data: DataProto) -> DataProto:
         return data.to(self.device)
+
+    def _checkpoint_parts(self) -> tuple[dict, dict, dict]:
+        """``(models, optimizers, generators)`` that a checkpoint holds; set by each role."""
+        raise NotImplementedError
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, path: str) -> None:
+        """Write this role's models, optimisers and RNG states under ``path`` (sharded)."""
+        engine.save(path, *self._checkpoint_parts())
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, path: str) -> None:
+        """Restore what :meth:`save_checkpoint` wrote (the models must already be built)."""
+        engine.load(path, *self._checkpoint_parts())
 
 
 class ActorRolloutRefWorker(_ModelWorker):
@@ -214,8 +234,7 @@ class ActorRolloutRefWorker(_ModelWorker):
         c = self.config
         data = self._to_device(data)
         per_rank = c.ppo_mini_batch_size // self.world_size
-        sums: dict[str, float] = {}
-        count = 0
+        steps = []
         for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
             b = mb.batch
             mask = b["response_mask"]
@@ -240,26 +259,11 @@ class ActorRolloutRefWorker(_ModelWorker):
             loss.backward()
             step["actor/grad_norm"] = engine.clip_grad_norm(self.actor, c.grad_clip)
             self.optimizer.step()
-            for k, v in step.items():
-                sums[k] = sums.get(k, 0.0) + v
-            count += 1
-        return DataProto(
-            meta_info={"metrics": average_over_ranks({k: v / count for k, v in sums.items()})}
-        )
-
-    # --- checkpoints -----------------------------------------------------------
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        """Write the actor, its optimiser, the reference policy and RNG states under ``path``."""
-        engine.save(path, *self._checkpoint_parts())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote (the models must already be built)."""
-        engine.load(path, *self._checkpoint_parts())
+            steps.append(step)
+        return metrics_of(steps)
 
     def _checkpoint_parts(self):
+        """The actor, its optimiser, the reference policy and the sampling/shuffling RNGs."""
         models = {"actor": self.actor, "ref": self.ref}
         rng = {"shuffle": self.shuffle_rng, "sample": self.sample_rng}
         return models, {"actor": self.optimizer}, rng
@@ -304,8 +308,7 @@ class CriticWorker(_ModelWorker):
         c = self.config
         data = self._to_device(data)
         per_rank = c.ppo_mini_batch_size // self.world_size
-        sums = {"critic/vf_loss": 0.0, "critic/vf_clipfrac": 0.0, "critic/grad_norm": 0.0}
-        count = 0
+        steps = []
         for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
             b = mb.batch
             vpreds = self._values(mb)
@@ -319,24 +322,17 @@ class CriticWorker(_ModelWorker):
             )
             self.optimizer.zero_grad()
             vf_loss.backward()
-            sums["critic/grad_norm"] += engine.clip_grad_norm(self.critic, c.grad_clip)
+            grad_norm = engine.clip_grad_norm(self.critic, c.grad_clip)
             self.optimizer.step()
-            sums["critic/vf_loss"] += vf_loss.item()
-            sums["critic/vf_clipfrac"] += vf_clipfrac.item()
-            count += 1
-        return DataProto(
-            meta_info={"metrics": average_over_ranks({k: v / count for k, v in sums.items()})}
-        )
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, path: str) -> None:
-        """Write the critic, its optimiser and the shuffling RNG state under ``path``."""
-        engine.save(path, *self._checkpoint_parts())
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, path: str) -> None:
-        """Restore what :meth:`save_checkpoint` wrote."""
-        engine.load(path, *self._checkpoint_parts())
+            steps.append(
+                {
+                    "critic/vf_loss": vf_loss.item(),
+                    "critic/vf_clipfrac": vf_clipfrac.item(),
+                    "critic/grad_norm": grad_norm,
+                }
+            )
+        return metrics_of(steps)
 
     def _checkpoint_parts(self):
+        """The critic, its optimiser and the shuffling RNG."""
         return {"critic": self.critic}, {"critic": self.optimizer}, {"shuffle": self.shuffle_rng}
