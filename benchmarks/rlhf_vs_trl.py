@@ -195,7 +195,7 @@ def format_warmup(model, config: RLHFConfig, data_rng: torch.Generator) -> tuple
     """
     tokenizer, task = CharTokenizer(), DigitSumTask(num_digits=config.num_digits)
     start = time.perf_counter()
-    rows = config.warmup_steps * 64
+    rows = config.warmup_steps * config.ppo_mini_batch_size  # as RLHFTrainer.warmup
     prompts, _ = task.make_prompts(tokenizer, rows, data_rng)
     digits = torch.randint(0, 10, (rows, config.num_digits), generator=data_rng)
     eos = torch.full((rows, 1), tokenizer.eos_token_id)

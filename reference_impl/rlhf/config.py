@@ -170,6 +170,8 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
         )
     if config.layout not in ("colocated", "separate"):
         raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
+    if config.time_limit_s < 0 or config.target_score < 0:
+        raise ConfigError("time_limit_s and target_score must be >= 0 (0 turns them off)")
     if config.world_size < 1:
         raise ConfigError(f"world_size must be >= 1, got {config.world_size}")
     if config.nnodes < 1 or config.world_size % config.nnodes:

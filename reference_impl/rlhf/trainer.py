@@ -117,7 +117,8 @@ class RLHFTrainer:
     def warmup(self) -> dict[str, float]:
         """Supervised format warm-up: prompts followed by random digits and EOS."""
         c = self.config
-        rows = c.warmup_steps * 64
+        # Mini-batch-sized steps: check() made that size split across the ranks.
+        rows = c.warmup_steps * c.ppo_mini_batch_size
         prompts, _ = self.task.make_prompts(self.tokenizer, rows, self.data_rng)
         digits = torch.randint(0, 10, (rows, c.num_digits), generator=self.data_rng)
         answers = self.tokenizer.digit_ids()[digits]
@@ -299,5 +300,6 @@ class RLHFTrainer:
         return history
 
     def shutdown(self) -> None:
-        for pool in self.pools:
+        """Release the placement groups (safe to call if ``init_workers`` failed early)."""
+        for pool in getattr(self, "pools", []):
             pool.release()
