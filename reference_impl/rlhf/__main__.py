@@ -77,9 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     finally:
-        trainer_pools = getattr(trainer, "pools", [])
-        for pool in trainer_pools:
-            pool.release()
+        trainer.shutdown()
         ray.shutdown()
     last = history[-1] if history else {}
     summary = {k: last[k] for k in ("critic/score/mean", "reward/exact_match") if k in last}

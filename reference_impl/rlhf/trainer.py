@@ -273,7 +273,8 @@ class RLHFTrainer:
             self.load_checkpoint(start_step)
         else:
             start_step = 0
-            with timer("warmup", timing := {}):
+            timing: dict[str, float] = {}
+            with timer("warmup", timing):
                 warm = self.warmup()
             log.log(0, {**warm, "timing_s/warmup": timing["warmup"]})
         history: list[dict[str, float]] = []
