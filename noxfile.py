@@ -31,10 +31,19 @@ DOCS_TOOLS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optio
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run every doc block (docs/) and every test (tests/) with pytest-xdist."""
+    """Run every doc block (docs/) and every test (tests/): in parallel, then the shell pages.
+
+    Pages with shell blocks start real clusters with `ray start` and end with `ray stop`,
+    which stops every Ray process on the machine; they run one at a time after the
+    parallel pass (marker `shell`, see tests/docblocks/shell.py).
+    """
     session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf]")
     # --durations: the slowest items, so a run that creeps towards its budget shows why.
     session.run("pytest", "--durations=15", *session.posargs)
+    # Exit code 5 (nothing selected) is fine when the arguments name no shell page.
+    session.run(
+        "pytest", "-m", "shell", "-n", "0", "--durations=10", *session.posargs, success_codes=[0, 5]
+    )
 
 
 @nox.session

@@ -14,7 +14,7 @@ import pytest
 from sybil import Document
 from sybil.parsers.markdown import PythonCodeBlockParser
 
-from tests.docblocks.blocks import classify, language_of, marker_before
+from tests.docblocks.blocks import BlockKind, classify, language_of, marker_before
 from tests.docblocks.evaluators import output_matches
 
 CONFTEST = """
@@ -109,7 +109,7 @@ def test_unmarked_block_fails_and_says_how_to_fix(pytester):
     result = run_page(
         pytester,
         """
-        ~~~bash
+        ~~~text
         ray start --head
         ~~~
         """,
@@ -146,7 +146,7 @@ def test_output_must_follow_a_python_block(pytester):
         """,
     )
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*must come right after a `python` block*"])
+    result.stdout.fnmatch_lines(["*must come right after a `python` or `bash` block*"])
 
 
 def test_gpu_block_is_skipped_with_a_reason_without_cuda(pytester):
@@ -220,7 +220,12 @@ def test_output_matching(expected, actual, match):
 
 def test_classification():
     assert language_of('python title="a.py"') == "python"
-    assert classify("bash", None).kind == "unmarked"
+    assert classify("text", None).kind == "unmarked"
+    assert classify("bash", None).kind == "bash"
+    assert classify("console", ("run", "timeout=9")) == BlockKind("console", "console", "timeout=9")
+    assert classify("python", ("run", "")).kind == "unmarked"
+    assert classify("yaml", ("file", "cluster.yaml")).kind == "file"
+    assert classify("yaml", ("file", "")).kind == "unmarked"
     assert classify("bash", ("illustration", "")).kind == "illustration"
     assert classify("bash", ("gpu", "")).kind == "unmarked"
     assert classify("python", ("gpu", "")).kind == "gpu"

@@ -8,6 +8,11 @@ author follows (README.md, "Adding a page"):
   block printed. ``...`` matches any text (for ids, timings and ratios).
 * A block preceded by ``<!-- block: gpu -->`` runs only where CUDA is present;
   elsewhere it is reported as skipped with that reason.
+* ``console`` blocks (``$ command`` and the output shown under it) and
+  ``bash`` blocks run in one terminal per page (``shell.py``);
+  ``<!-- block: run timeout=300 retry=20 -->`` tunes their time limits.
+* ``<!-- block: file NAME -->`` writes a block to ``NAME`` in that terminal's
+  working directory.
 * Any other block needs an explicit marker on the line above it:
   ``<!-- block: data -->`` (YAML, JSON and TOML are parsed) or
   ``<!-- block: illustration -->`` (shown, not run: diagrams, pseudo-code).
@@ -26,16 +31,19 @@ import re
 from dataclasses import dataclass
 
 MARKER = re.compile(r"^[ \t]*<!--\s*block:\s*(?P<kind>[a-z-]+)(?P<note>[^>]*?)\s*-->[ \t]*$")
-MARKER_KINDS = ("gpu", "data", "illustration")
+MARKER_KINDS = ("gpu", "data", "illustration", "run", "file")
 DATA_LANGUAGES = ("yaml", "yml", "json", "toml")
+# Shell blocks run in a per-page terminal (tests/docblocks/shell.py).
+SHELL_LANGUAGES = {"console": "console", "bash": "bash", "sh": "bash", "shell": "bash"}
 
 
 @dataclass(frozen=True)
 class BlockKind:
     """The verdict for one fenced block.
 
-    ``kind`` is one of ``python``, ``output``, ``gpu``, ``data``,
-    ``illustration`` or ``unmarked`` (an error the page author must fix).
+    ``kind`` is one of ``python``, ``output``, ``gpu``, ``console``, ``bash``,
+    ``file``, ``data``, ``illustration`` or ``unmarked`` (an error the page
+    author must fix).
     """
 
     kind: str
@@ -76,7 +84,15 @@ def classify(info: str, marker: tuple[str, str] | None) -> BlockKind:
             return BlockKind("unmarked", language, f"unknown marker kind {kind!r}")
         if kind == "gpu" and language != "python":
             return BlockKind("unmarked", language, "the gpu marker applies to python blocks only")
+        if kind == "run":
+            if language not in SHELL_LANGUAGES:
+                return BlockKind("unmarked", language, "the run marker applies to shell blocks")
+            return BlockKind(SHELL_LANGUAGES[language], language, note)
+        if kind == "file" and not note:
+            return BlockKind("unmarked", language, "the file marker needs a name")
         return BlockKind(kind, language, note)
+    if language in SHELL_LANGUAGES:
+        return BlockKind(SHELL_LANGUAGES[language], language)
     if language == "python":
         return BlockKind("python", language)
     if language == "output":

@@ -41,7 +41,7 @@ class ExpectedOutput:
     """An ``output`` block and the python block whose printed text it shows."""
 
     text: str
-    source_block: PythonBlock | None
+    source_block: PythonBlock | None  # or a bash block (shell.ShellBlock): both have .printed
     kind: str = "output"
 
 
@@ -114,7 +114,7 @@ def output_matches(expected: str, actual: str) -> bool:
 def check_output(example) -> str | None:
     expected: ExpectedOutput = example.parsed
     if expected.source_block is None:
-        return "an `output` block must come right after a `python` block"
+        return "an `output` block must come right after a `python` or `bash` block"
     printed = expected.source_block.printed
     if printed is None:
         return "the python block above this output did not run, or it failed"

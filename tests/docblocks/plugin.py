@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from sybil import Document, Region, Sybil
 from sybil.integration.pytest import SybilItem
@@ -43,6 +45,15 @@ from tests.docblocks.evaluators import (
     report_problem,
     run_gpu_python,
     run_python,
+)
+from tests.docblocks.shell import (
+    FileBlock,
+    ShellBlock,
+    end_page,
+    options_of,
+    run_bash,
+    run_console,
+    write_file,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -119,11 +130,25 @@ def parse_blocks(document: Document) -> Iterator[Region]:
     if path.name.endswith(".zh.md") and EXECUTE_LANGUAGES["value"] == "en":
         yield from parse_twin_blocks(document, english_twin(path))
         return
-    previous_python: PythonBlock | None = None
+    previous_python: PythonBlock | ShellBlock | None = None
     for region, verdict in census(document):
         source = str(region.lexemes["source"])
         follows_python, previous_python = previous_python, None
-        if verdict.kind == "python":
+        if verdict.kind in ("console", "bash"):
+            try:
+                block = ShellBlock(
+                    source, verdict.kind, kind=verdict.kind, **options_of(verdict.note)
+                )
+            except (TypeError, ValueError) as error:
+                yield Region(region.start, region.end, Problem(str(error)), report_problem)
+                continue
+            if verdict.kind == "bash":
+                previous_python = block
+            run = run_console if verdict.kind == "console" else run_bash
+            yield Region(region.start, region.end, block, run)
+        elif verdict.kind == "file":
+            yield Region(region.start, region.end, FileBlock(verdict.note, source), write_file)
+        elif verdict.kind == "python":
             previous_python = PythonBlock(source)
             yield Region(region.start, region.end, previous_python, run_python)
         elif verdict.kind == "gpu":
@@ -173,7 +198,10 @@ def stop_what_the_page_started(namespace: dict) -> None:
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    end_page(namespace)  # the page's terminal: what its commands left running, its temp dirs
 
+
+RAY_BEFORE = pytest.StashKey[set]()
 
 DOC_SYBIL = Sybil(
     parsers=[parse_blocks],
@@ -185,6 +213,63 @@ DOC_SYBIL = Sybil(
 )
 
 pytest_collect_file = DOC_SYBIL.pytest()
+
+
+SHELL_KINDS = ("console", "bash", "file")
+SHELL_PAGES: dict[Path, bool] = {}
+
+
+def runs_shell(page: Path) -> bool:
+    """Does the page type into a terminal? Its commands may `ray stop` the whole machine."""
+    if page not in SHELL_PAGES:
+        kinds = {verdict.kind for _, verdict in census(DOC_SYBIL.parse(page))}
+        SHELL_PAGES[page] = bool(kinds & set(SHELL_KINDS))
+    return SHELL_PAGES[page]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # Before `-m` deselects: every item of a page with shell blocks is marked `shell`,
+    # so the whole page runs in the serial pass (see noxfile.py, session tests).
+    for item in items:
+        if isinstance(item, SybilItem) and runs_shell(Path(item.example.path)):
+            item.add_marker(pytest.mark.shell)
+
+
+RAY_DAEMONS = ("raylet", "gcs_server")
+
+
+def ray_daemons() -> set[int]:
+    """Pids of the Ray daemons on this machine that are alive (zombies excluded)."""
+    found = set()
+    for process in psutil.process_iter(["name", "status"]):
+        if process.info["name"] in RAY_DAEMONS and process.info["status"] != psutil.STATUS_ZOMBIE:
+            found.add(process.pid)
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config.stash[RAY_BEFORE] = ray_daemons()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No Ray process may outlive the suite: fail the run if one started by it is alive."""
+    if hasattr(session.config, "workerinput"):
+        return
+    before = session.config.stash.get(RAY_BEFORE, set())
+    deadline = time.monotonic() + 20  # `ray.shutdown()` and `ray stop` take a moment
+    while (left := ray_daemons() - before) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        names = sorted(psutil.Process(pid).name() for pid in left if psutil.pid_exists(pid))
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"Ray processes left running by the suite: {names} (pids {sorted(left)}); "
+                "a page or test did not shut down what it started",
+                red=True,
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -225,6 +310,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         ("python blocks (executed)", "python"),
         ("output blocks (compared)", "output"),
         ("gpu-only python blocks", "gpu"),
+        ("console blocks (every command run, output compared)", "console"),
+        ("bash blocks (run)", "bash"),
+        ("file blocks (written for the commands that use them)", "file"),
         ("data blocks (parsed)", "data"),
     ]
     for label, kind in rows:

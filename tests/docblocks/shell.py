@@ -1,0 +1,314 @@
+"""Shell blocks: terminal sessions that run, for real, against a local Ray cluster.
+
+A page's shell blocks behave like one terminal that a reader types into:
+
+* ```` ```console ```` blocks hold ``$ command`` lines, each followed by the
+  output the page shows. Every command runs; its output (stdout and stderr,
+  as a terminal shows them) must match what the page shows. ``...`` matches
+  any text, ``<ip>`` an IPv4 address, ``<id>`` an id, ``<n>`` a number. A
+  command with no lines under it may print anything. A command that exits
+  non-zero fails the block; a page that wants to show a failure writes
+  ``$ cmd || echo "exit code $?"``.
+* ```` ```bash ```` blocks are scripts, run with ``bash -e``; an ``output``
+  block right after one is compared with what it printed.
+* ``<!-- block: file NAME -->`` above any block writes its text to ``NAME`` in
+  the terminal's working directory, where later commands use it
+  (``python driver.py``, ``ray job submit --working-dir .``).
+* ``<!-- block: run timeout=300 retry=20 -->`` above a console or bash block
+  sets the time limit of each command in seconds (default 120) and lets a
+  command be run again, for up to ``retry`` seconds, until its output
+  matches: what a reader does when ``ray status`` answers "No cluster status"
+  in the first seconds after ``ray start``.
+
+Exported variables and the working directory carry over from command to
+command and block to block. Each page gets its own sandbox: a fresh working
+directory, a fresh ``HOME`` (so no auth token is left from earlier runs) and
+its own ``RAY_TMPDIR`` (so ``ray.init()`` on other pages never finds this
+page's cluster). When the page ends, whatever its commands left running is
+killed: this process is made a child subreaper (Linux ``prctl``), so the Ray
+daemons that ``ray start`` detaches stay its descendants and can be found.
+``ray stop`` stops every Ray process on the machine, so pages with shell
+blocks run one at a time, after the parallel run (marker ``shell``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+PROMPT = "$ "
+DEFAULT_TIMEOUT_S = 120.0
+# Ray's CLI writes "2026-11-21 09:35:11,836\tINFO scripts.py:1043 -- " before each
+# line when its output is not a terminal; a reader at a terminal sees the text alone.
+RAY_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\t[A-Z]+ \S+:\d+ -- ", re.M)
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+WILDCARD = "..."
+PLACEHOLDERS = {
+    "<ip>": r"\d{1,3}(?:\.\d{1,3}){3}",
+    "<id>": r"[0-9A-Za-z_\-]+",
+    "<n>": r"-?\d+(?:\.\d+)?",
+}
+PLACEHOLDER = re.compile("|".join(re.escape(p) for p in (WILDCARD, *PLACEHOLDERS)))
+
+
+@dataclass
+class Command:
+    """One ``$ command`` of a console block and the output the page shows under it."""
+
+    text: str
+    expected: str
+    line: int  # line of the command within the block, counting from 0
+
+
+def parse_console(source: str) -> list[Command]:
+    """Split a console block into commands; a trailing ``\\`` continues a command.
+
+    >>> [c.text for c in parse_console("$ echo a \\\\\\n  b\\na b\\n$ true\\n")]
+    ['echo a \\\\\\n  b', 'true']
+    """
+    commands: list[Command] = []
+    lines = source.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if not line.startswith(PROMPT):
+            if line.strip():
+                raise ValueError(
+                    f"line {i + 1} of a console block is output with no `$ command` above it"
+                )
+            i += 1
+            continue
+        start, text = i, line[len(PROMPT) :]
+        while text.endswith("\\") and i + 1 < len(lines):
+            i += 1
+            text += "\n" + lines[i]
+        i += 1
+        output = []
+        while i < len(lines) and not lines[i].startswith(PROMPT):
+            output.append(lines[i])
+            i += 1
+        commands.append(Command(text, "\n".join(output), start))
+    return commands
+
+
+def clean(text: str) -> str:
+    """What a reader sees: no colour codes, no Ray log prefixes, no trailing blanks."""
+    text = RAY_LOG_PREFIX.sub("", ANSI.sub("", text))
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip("\n")
+
+
+def shown_matches(expected: str, actual: str) -> bool:
+    """Does ``actual`` (cleaned) match the page's text with its placeholders?"""
+    pattern, position = [], 0
+    expected = clean(expected)
+    for match in PLACEHOLDER.finditer(expected):
+        pattern.append(re.escape(expected[position : match.start()]))
+        pattern.append(".*?" if match[0] == WILDCARD else PLACEHOLDERS[match[0]])
+        position = match.end()
+    pattern.append(re.escape(expected[position:]))
+    return re.fullmatch("".join(pattern), clean(actual), flags=re.DOTALL) is not None
+
+
+def options_of(note: str) -> dict[str, float]:
+    """``timeout=300 retry=20`` -> {"timeout": 300.0, "retry": 20.0}."""
+    options = {}
+    for word in note.split():
+        key, _, value = word.partition("=")
+        if key not in ("timeout", "retry") or not value:
+            raise ValueError(f"unknown run option {word!r}; use timeout=SECONDS retry=SECONDS")
+        options[key] = float(value)
+    return options
+
+
+@dataclass
+class ShellBlock:
+    """A console or bash block. ``printed`` is what a bash block printed (None: not run)."""
+
+    source: str
+    language: str  # "console" or "bash"
+    timeout: float = DEFAULT_TIMEOUT_S
+    retry: float = 0.0
+    kind: str = "shell"
+    printed: str | None = None
+
+
+@dataclass
+class FileBlock:
+    """A block whose text is written to ``name`` in the page's working directory."""
+
+    name: str
+    source: str
+    kind: str = "file"
+
+
+def become_subreaper() -> None:
+    """Adopt the orphans of our descendants, so ``ray start``'s daemons stay findable."""
+    if sys.platform.startswith("linux"):
+        PR_SET_CHILD_SUBREAPER = 36
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_zombies() -> None:
+    """Collect adopted daemons that have exited (nothing else waits for them)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+@dataclass
+class Sandbox:
+    """One page's terminal: working directory, HOME, RAY_TMPDIR and carried-over state."""
+
+    root: Path
+    children_before: set[int] = field(default_factory=set)
+
+    @classmethod
+    def create(cls) -> Sandbox:
+        become_subreaper()
+        # Short path: Ray's unix sockets live under RAY_TMPDIR and are limited to 107 bytes.
+        root = Path(tempfile.mkdtemp(prefix="page-", dir="/tmp"))
+        for name in ("work", "home", "ray"):
+            (root / name).mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTEST_"))}
+        env.update(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), TERM="dumb")
+        (root / "env").write_text(
+            "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
+        )
+        (root / "cwd").write_text(str(root / "work"))
+        children = {p.pid for p in psutil.Process().children(recursive=True)}
+        return cls(root, children)
+
+    @property
+    def work(self) -> Path:
+        return self.root / "work"
+
+    def write_file(self, name: str, text: str) -> None:
+        path = self.work / name
+        if self.work not in path.resolve().parents:
+            raise ValueError(f"file block name {name!r} must stay inside the working directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def run(self, command: str, timeout: float, errexit: bool = False) -> tuple[int, str]:
+        """Run ``command`` in bash as the next thing typed into this terminal."""
+        state, cwd = shlex.quote(str(self.root / "env")), shlex.quote(str(self.root / "cwd"))
+        script = (
+            f'cd "$(cat {cwd})"\nset -a; . {state}; set +a\n'
+            + ("set -e\n" if errexit else "")
+            + f"{command}\n__rc=$?\nset +e\nexport -p > {state}\npwd > {cwd}\nexit $__rc\n"
+        )
+        # Output goes to a file, not a pipe: a background job (`ray start --block &`)
+        # would hold a pipe open and the command would never seem to end.
+        log = self.root / "last-output"
+        with open(log, "wb") as out:
+            process = subprocess.Popen(
+                ["bash", "-c", script],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env={"PATH": os.environ["PATH"]},
+                start_new_session=True,
+            )
+            try:
+                code = process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+                reap_zombies()
+                raise TimeoutError(
+                    f"`{command}` did not finish within {timeout:.0f} s; its output so far:\n"
+                    + clean(log.read_text(errors="replace"))[-3000:]
+                ) from None
+        reap_zombies()
+        return code, log.read_text(errors="replace")
+
+    def teardown(self) -> list[str]:
+        """Kill whatever the page's commands left running; return what that was."""
+        leftovers = [
+            p
+            for p in psutil.Process().children(recursive=True)
+            if p.pid not in self.children_before
+        ]
+        names = []
+        for process in leftovers:
+            try:
+                names.append(process.name())
+                process.terminate()
+            except psutil.NoSuchProcess:
+                pass
+        _, alive = psutil.wait_procs(leftovers, timeout=10)
+        for process in alive:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(alive, timeout=10)
+        reap_zombies()
+        shutil.rmtree(self.root, ignore_errors=True)
+        return names
+
+
+def sandbox_of(namespace: dict) -> Sandbox:
+    if "__shell_sandbox__" not in namespace:
+        namespace["__shell_sandbox__"] = Sandbox.create()
+    return namespace["__shell_sandbox__"]
+
+
+def run_console(example) -> str | None:
+    block: ShellBlock = example.parsed
+    sandbox = sandbox_of(example.namespace)
+    for command in parse_console(block.source):
+        deadline = time.monotonic() + block.retry
+        while True:
+            code, output = sandbox.run(command.text, block.timeout)
+            shown = shown_matches(command.expected, output) if command.expected.strip() else True
+            if (code == 0 and shown) or time.monotonic() >= deadline:
+                break
+            time.sleep(1)
+        sys.stdout.write(f"$ {command.text}\n{clean(output)}\n")  # visible with `pytest -s`
+        if code != 0:
+            return f"`{command.text}` exited with code {code}:\n{clean(output)[-3000:]}"
+        if not shown:
+            return (
+                f"the output of `{command.text}` differs from the page\n"
+                f"--- page shows ---\n{clean(command.expected)}\n"
+                f"--- command printed ---\n{clean(output)}"
+            )
+    return None
+
+
+def run_bash(example) -> str | None:
+    block: ShellBlock = example.parsed
+    block.printed = None
+    code, output = sandbox_of(example.namespace).run(block.source, block.timeout, errexit=True)
+    sys.stdout.write(clean(output) + "\n")
+    if code != 0:
+        return f"the script exited with code {code}:\n{clean(output)[-3000:]}"
+    block.printed = clean(output)
+    return None
+
+
+def write_file(example) -> None:
+    block: FileBlock = example.parsed
+    sandbox_of(example.namespace).write_file(block.name, block.source)
+
+
+def end_page(namespace: dict) -> None:
+    sandbox = namespace.pop("__shell_sandbox__", None)
+    if sandbox is not None:
+        sandbox.teardown()

@@ -1,0 +1,152 @@
+"""The shell-block runner (tests/docblocks/shell.py): commands run, outputs compared,
+state carried from block to block, and nothing left running after a page.
+
+Like tests/test_docblocks.py, each test writes a small page and runs pytest on it
+in-process with the harness's own parser, setup and teardown.
+"""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+from tests.docblocks.shell import clean, parse_console, shown_matches
+from tests.test_docblocks import run_page
+
+
+def test_console_commands_run_and_outputs_match_with_placeholders(pytester):
+    result = run_page(
+        pytester,
+        """
+        ~~~console
+        $ echo "node 10.0.0.7 has 8 CPUs, id 1f3a9c"
+        node <ip> has <n> CPUs, id <id>
+        $ printf 'a\\nb\\nc\\n'
+        a
+        ...
+        $ true
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_wrong_output_fails_and_shows_both(pytester):
+    result = run_page(
+        pytester,
+        """
+        ~~~console
+        $ echo 42
+        41
+        ~~~
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*output of `echo 42` differs*", "*page shows*", "41", "*printed*", "42"]
+    )
+
+
+def test_failing_command_fails_the_block_with_its_exit_code(pytester):
+    result = run_page(pytester, "~~~console\n$ ls /no/such/dir\n~~~\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*`ls /no/such/dir` exited with code 2*"])
+
+
+def test_state_and_files_carry_over_like_one_terminal(pytester):
+    result = run_page(
+        pytester,
+        """
+        <!-- block: file src/hello.py -->
+        ~~~python
+        import os
+        print("hello from", os.environ["WHO"])
+        ~~~
+
+        ~~~console
+        $ export WHO=page
+        $ cd src
+        ~~~
+
+        ~~~bash
+        python hello.py
+        ~~~
+
+        ~~~output
+        hello from page
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=4)
+
+
+def test_sandbox_has_its_own_home_and_ray_tmpdir(pytester, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # must not leak into the page
+    result = run_page(
+        pytester,
+        """
+        ~~~console
+        $ test ! -e ~/.ray/auth_token && echo "fresh home"
+        fresh home
+        $ echo "${RAY_TMPDIR#/tmp/page-}" "${RAY_ADDRESS:-unset}"
+        <id>/ray unset
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_timeout_fails_instead_of_hanging(pytester):
+    result = run_page(pytester, "<!-- block: run timeout=1 -->\n~~~console\n$ sleep 30\n~~~\n")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*`sleep 30` did not finish within 1 s*"])
+
+
+def test_retry_reruns_until_the_output_matches(pytester):
+    result = run_page(
+        pytester,
+        """
+        <!-- block: run retry=10 -->
+        ~~~console
+        $ n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; echo $n
+        3
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_detached_processes_are_killed_when_the_page_ends(pytester, tmp_path):
+    pidfile = tmp_path / "pid"
+    result = run_page(
+        pytester,
+        f"""
+        ~~~console
+        $ setsid sleep 300 > /dev/null 2>&1 & echo $! > {pidfile}
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+    pid = int(pidfile.read_text())
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_bad_run_option_is_reported():
+    with pytest.raises(ValueError, match="unknown run option"):
+        from tests.docblocks.shell import options_of
+
+        options_of("timeout=5 retries=3")
+
+
+def test_console_parsing_and_cleaning():
+    commands = parse_console("$ ray start \\\n  --head\nRay runtime started.\n$ ray status\n")
+    assert [c.text for c in commands] == ["ray start \\\n  --head", "ray status"]
+    assert commands[0].expected == "Ray runtime started."
+    with pytest.raises(ValueError, match="no `\\$ command` above it"):
+        parse_console("output first\n$ true\n")
+    raw = (
+        "2026-11-21 09:35:16,478\tSUCC scripts.py:1085 -- \x1b[32mRay runtime started.\x1b[39m  \n"
+    )
+    assert clean(raw) == "Ray runtime started."
+    assert shown_matches("started on <ip>:<n>", "started on 192.0.2.2:6379")
+    assert not shown_matches("started on <ip>", "started on localhost")
