@@ -85,7 +85,7 @@ def bench(session: nox.Session) -> None:
     """
     session.install(*CONSTRAINTS, "-e", ".[rlhf,bench]")
     session.run("python", "benchmarks/single_controller.py", *session.posargs)
-    # Ray Core on this machine, and Ray's own `ray microbenchmark` (about ten minutes).
+    # Ray Core on this machine, and Ray's own `ray microbenchmark` (about twenty minutes).
     session.run("python", "benchmarks/ray_core.py", "--microbenchmark")
     session.run("python", "benchmarks/rlhf_vs_trl.py")
     session.run("python", "benchmarks/rlhf_generation.py")

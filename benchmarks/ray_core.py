@@ -16,7 +16,7 @@ figures on a shared machine are noise while ratios travel:
 | transfer between two nodes (local Cluster) | numpy copy of the same bytes (memcpy)          |
 
 ``--microbenchmark`` also runs Ray's own ``ray microbenchmark`` (about 20 s per
-pattern, ten minutes in all; a PATTERN selects the patterns whose name contains it,
+pattern, twenty minutes in all; a PATTERN selects the patterns whose name contains it,
 through Ray's ``TESTS_TO_RUN``). The Inside Ray chapter's measurements page shows
 the figures of a full run and explains them.
 """
