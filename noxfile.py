@@ -86,12 +86,16 @@ def serve(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Benchmarks, each printing ratios measured in one run (benchmarks/).
 
-    single_controller.py: RayWorkerGroup against raw Ray; rlhf_vs_trl.py: our GRPO
-    against TRL's GRPOTrainer at equal wall time; rlhf_generation.py: our rollout
-    against transformers' generate (the gpu preset on a CUDA machine).
+    single_controller.py: RayWorkerGroup against raw Ray; ray_core.py: tasks, actor
+    calls, put/get and inter-node transfer against baselines, then `ray microbenchmark`;
+    rlhf_vs_trl.py: our GRPO against TRL's GRPOTrainer at equal wall time;
+    rlhf_generation.py: our rollout against transformers' generate (the gpu preset on a
+    CUDA machine).
     """
     session.install(*CONSTRAINTS, "-e", ".[rlhf,bench]")
     session.run("python", "benchmarks/single_controller.py", *session.posargs)
+    # Ray Core on this machine, and Ray's own `ray microbenchmark` (about twenty minutes).
+    session.run("python", "benchmarks/ray_core.py", "--microbenchmark")
     session.run("python", "benchmarks/rlhf_vs_trl.py")
     session.run("python", "benchmarks/rlhf_generation.py")
 

@@ -24,3 +24,17 @@ def test_single_controller_benchmark_reports_all_ratios():
     for line in done.stdout.splitlines()[1:]:
         ratio = float(line.split("x")[0].split()[-1])
         assert ratio > 0
+
+
+def test_ray_core_benchmark_reports_figures_and_ratios():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "ray_core.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line[:34].strip(): line[34:].split() for line in done.stdout.splitlines()[1:]}
+    assert "tasks/s, batched" in rows and "ray.get torch GB/s" in rows, done.stdout
+    for name, cells in rows.items():
+        assert float(cells[0].replace(",", "")) > 0, name
