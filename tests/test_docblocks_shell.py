@@ -150,3 +150,6 @@ def test_console_parsing_and_cleaning():
     assert clean(raw) == "Ray runtime started."
     assert shown_matches("started on <ip>:<n>", "started on 192.0.2.2:6379")
     assert not shown_matches("started on <ip>", "started on localhost")
+    assert shown_matches("a\n...\nb", "a\nb")  # `...` alone on a line: zero lines too
+    assert shown_matches("a\n...\nb", "a\nx\ny\nb")
+    assert not shown_matches("a\n...\nb", "a\nx\nbc")

@@ -109,15 +109,22 @@ def clean(text: str) -> str:
 
 
 def shown_matches(expected: str, actual: str) -> bool:
-    """Does ``actual`` (cleaned) match the page's text with its placeholders?"""
-    pattern, position = [], 0
-    expected = clean(expected)
-    for match in PLACEHOLDER.finditer(expected):
-        pattern.append(re.escape(expected[position : match.start()]))
-        pattern.append(".*?" if match[0] == WILDCARD else PLACEHOLDERS[match[0]])
-        position = match.end()
-    pattern.append(re.escape(expected[position:]))
-    return re.fullmatch("".join(pattern), clean(actual), flags=re.DOTALL) is not None
+    """Does ``actual`` (cleaned) match the page's text with its placeholders?
+
+    A line that is only ``...`` stands for any number of lines, none included.
+    """
+    pattern = []
+    for line in clean(expected).split("\n"):
+        if line == WILDCARD:
+            pattern.append("(?:.*?\n)?")
+            continue
+        position = 0
+        for match in PLACEHOLDER.finditer(line):
+            pattern.append(re.escape(line[position : match.start()]))
+            pattern.append(".*?" if match[0] == WILDCARD else PLACEHOLDERS[match[0]])
+            position = match.end()
+        pattern.append(re.escape(line[position:]) + "\n")
+    return re.fullmatch("".join(pattern), clean(actual) + "\n", flags=re.DOTALL) is not None
 
 
 def options_of(note: str) -> dict[str, float]:
@@ -159,15 +166,19 @@ def become_subreaper() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def reap_zombies() -> None:
-    """Collect adopted daemons that have exited (nothing else waits for them)."""
-    while True:
+def reap_adopted(keep: set[int] = frozenset()) -> None:
+    """Collect adopted daemons that have exited, so `ray stop` does not wait on zombies.
+
+    Only zombie children are collected, one pid at a time, never ``keep`` (the
+    shell we are waiting for): ``os.waitpid(-1)`` would steal the exit status of
+    processes that a ``subprocess.Popen`` in this process is waiting for.
+    """
+    for child in psutil.Process().children():
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
+            if child.pid not in keep and child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.NoSuchProcess, ChildProcessError):
+            pass
 
 
 @dataclass
@@ -224,17 +235,21 @@ class Sandbox:
                 env={"PATH": os.environ["PATH"]},
                 start_new_session=True,
             )
-            try:
-                code = process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
+            deadline = time.monotonic() + timeout
+            # Reap while waiting: `ray stop` waits for its targets to vanish, and an
+            # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
+            while (code := process.poll()) is None and time.monotonic() < deadline:
+                reap_adopted(keep={process.pid})
+                time.sleep(0.1)
+            if code is None:
                 os.killpg(process.pid, 9)
                 process.wait()
-                reap_zombies()
+                reap_adopted()
                 raise TimeoutError(
                     f"`{command}` did not finish within {timeout:.0f} s; its output so far:\n"
                     + clean(log.read_text(errors="replace"))[-3000:]
                 ) from None
-        reap_zombies()
+        reap_adopted()
         return code, log.read_text(errors="replace")
 
     def teardown(self) -> list[str]:
@@ -258,7 +273,7 @@ class Sandbox:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(alive, timeout=10)
-        reap_zombies()
+        reap_adopted()
         shutil.rmtree(self.root, ignore_errors=True)
         return names
 
