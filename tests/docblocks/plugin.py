@@ -51,6 +51,7 @@ from tests.docblocks.shell import (
     ShellBlock,
     end_page,
     options_of,
+    parse_console,
     run_bash,
     run_console,
     write_file,
@@ -280,9 +281,13 @@ def pytest_runtest_makereport(item, call):
 
 
 def docs_census() -> Counter:
+    """Blocks of each kind on the site, plus ``commands``: the `$` lines of console blocks."""
     counts: Counter = Counter()
     for page in sorted(DOCS.rglob("*.md")):
-        counts.update(verdict.kind for _, verdict in census(DOC_SYBIL.parse(page)))
+        for region, verdict in census(DOC_SYBIL.parse(page)):
+            counts[verdict.kind] += 1
+            if verdict.kind == "console" and not page.name.endswith(".zh.md"):
+                counts["commands"] += len(parse_console(str(region.lexemes["source"])))
     return counts
 
 
@@ -320,6 +325,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         if ran(f"{kind} (zh twin)"):
             line += f"; zh blocks identical to the block that ran: {ran(f'{kind} (zh twin)')}"
         terminalreporter.write_line(line)
+    terminalreporter.write_line(
+        f"shell commands in the English console blocks: {blocks['commands']} "
+        "(each run, output compared; zh blocks identical)"
+    )
     terminalreporter.write_line(f"illustration blocks (shown, not run): {blocks['illustration']}")
     if EXECUTE_LANGUAGES["value"] == "en":
         terminalreporter.write_line(
