@@ -5,6 +5,7 @@
     nox -s tests -- -k tasks    pass pytest arguments after `--`
     nox -s rlhf      train PPO and GRPO on CPU to the target score; benchmark against TRL
     nox -s bench     benchmarks: ratios against raw Ray, measured in one run
+    nox -s browser   the built site in headless Chromium (every page, both languages), links
 
 Every session installs with the one constraints file, so versions are pinned.
 """
@@ -24,9 +25,8 @@ nox.options.error_on_missing_interpreters = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
 # The site build needs only the MkDocs toolchain, not Ray and torch: install that list alone.
-DOCS_TOOLS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"][
-    "docs"
-]
+EXTRAS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
+DOCS_TOOLS = EXTRAS["docs"]
 
 
 @nox.session
@@ -73,6 +73,20 @@ def docs(session: nox.Session) -> None:
     """Build both languages with `mkdocs build --strict` (broken links fail)."""
     session.install(*CONSTRAINTS, *DOCS_TOOLS)
     session.run("mkdocs", "build", "--strict", env={"NO_MKDOCS_2_WARNING": "1"})
+
+
+@nox.session
+def browser(session: nox.Session) -> None:
+    """The site as readers see it: every page of both languages in headless Chromium, search,
+    and a link check, on a build served under a sub-path (tests/browser/, marker `browser`).
+
+    Uses the OS's Chromium (/usr/bin/chromium, or $CHROMIUM); Playwright downloads no browser.
+    Screenshots land in browser-artifacts/. Like `docs`, it needs neither Ray nor torch.
+    """
+    tools = [*DOCS_TOOLS, *EXTRAS["browser"], *EXTRAS["test"]]
+    session.install(*CONSTRAINTS, *tools, env={"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
+    pytest = ["pytest", "-m", "browser", "-n", "0", "--durations=5", "tests/browser"]
+    session.run(*pytest, *session.posargs)
 
 
 @nox.session

@@ -58,7 +58,8 @@ class RayClassWithInitArgs:
     Args:
         cls: a :class:`~reference_impl.worker.Worker` subclass, plain or already
             decorated with ``@ray.remote`` (both forms appear in veRL's code).
-        *args, **kwargs: passed to ``cls.__init__`` in every actor.
+        *args: passed to ``cls.__init__`` in every actor.
+        **kwargs: passed to ``cls.__init__`` in every actor.
     """
 
     def __init__(self, cls, *args, **kwargs) -> None:

@@ -64,6 +64,13 @@ def test_page_exists_in_both_languages(page):
     assert twin(page).exists(), f"{rel(page)} has no Chinese twin {rel(twin(page))}"
 
 
+@pytest.mark.parametrize("page", sorted(DOCS.rglob("*.zh.md")), ids=rel)
+def test_chinese_page_has_an_english_twin(page):
+    # The other direction of the test above: a page written only in Chinese fails too.
+    english = page.with_name(page.name[: -len(".zh.md")] + ".md")
+    assert english.exists(), f"{rel(page)} has no English twin {rel(english)}"
+
+
 def blocks(page: Path) -> list[tuple[str, str]]:
     return [
         (str(region.lexemes["info"]), str(region.lexemes["source"]))

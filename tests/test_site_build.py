@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def copy_site_sources(dest: Path) -> Path:
-    for item in ("mkdocs.yml", "docs", "tools"):
+    # reference_impl: the API pages read its docstrings (mkdocstrings, `paths: [.]`).
+    for item in ("mkdocs.yml", "docs", "tools", "overrides", "reference_impl"):
         source = REPO / item
         if source.is_dir():
             shutil.copytree(source, dest / item, ignore=shutil.ignore_patterns("__pycache__"))

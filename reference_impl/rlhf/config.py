@@ -142,7 +142,7 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
             when given (the trainer passes ``ray.cluster_resources()["GPU"]``).
 
     Raises:
-        ConfigError
+        ConfigError: the configuration cannot run; the message names the knob to change.
     """
     if config.algo == "grpo" and config.n < 2:
         raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")

@@ -117,7 +117,9 @@ def response_log_probs(
     """Log-probability of each response token under ``model`` (and optionally the entropy).
 
     Args:
-        input_ids, attention_mask, position_ids: int64 [b, P + R] from :func:`generate`.
+        input_ids: int64 [b, P + R] from :func:`generate`.
+        attention_mask: int64 [b, P + R] from :func:`generate`.
+        position_ids: int64 [b, P + R] from :func:`generate`.
         response_length: ``R``.
         temperature: the sampling temperature, so log-probs match the sampling
             distribution (veRL divides logits by it the same way).
