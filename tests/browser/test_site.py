@@ -224,12 +224,14 @@ SEARCHES = [
     ("en", "hyperparameter", "ray-core/"),
     ("en", "executes", "verl/tutorial/"),
     ("en", "unpad", "api/dataproto/"),
+    ("en", "firewall", "cluster/start/"),
     ("zh", "消费者", "ray-core/futures/"),
     ("zh", "批处理", "ray-core/"),
-    ("zh", "丢弃", "rlhf/one-step/"),
-    ("zh", "负数", "rlhf/algorithms/"),
+    ("zh", "右填充", "rlhf/one-step/"),
+    ("zh", "裁剪范围", "rlhf/algorithms/"),
     ("zh", "界面", "glossary/"),
     ("zh", "放置组", "verl/resource-pools/"),
+    ("zh", "幂等", "cluster/faults/"),
 ]
 
 
