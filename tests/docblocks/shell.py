@@ -47,13 +47,14 @@ from pathlib import Path
 
 import psutil
 
+from tests.docblocks.evaluators import WILDCARD  # the same `...` as output blocks
+
 PROMPT = "$ "
 DEFAULT_TIMEOUT_S = 120.0
 # Ray's CLI writes "2026-11-21 09:35:11,836\tINFO scripts.py:1043 -- " before each
 # line when its output is not a terminal; a reader at a terminal sees the text alone.
 RAY_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\t[A-Z]+ \S+:\d+ -- ", re.M)
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-WILDCARD = "..."
 PLACEHOLDERS = {
     "<ip>": r"\d{1,3}(?:\.\d{1,3}){3}",
     "<id>": r"[0-9A-Za-z_\-]+",
@@ -252,17 +253,15 @@ class Sandbox:
         reap_adopted()
         return code, log.read_text(errors="replace")
 
-    def teardown(self) -> list[str]:
-        """Kill whatever the page's commands left running; return what that was."""
+    def teardown(self) -> None:
+        """Kill whatever the page's commands left running, then remove the sandbox."""
         leftovers = [
             p
             for p in psutil.Process().children(recursive=True)
             if p.pid not in self.children_before
         ]
-        names = []
         for process in leftovers:
             try:
-                names.append(process.name())
                 process.terminate()
             except psutil.NoSuchProcess:
                 pass
@@ -275,7 +274,6 @@ class Sandbox:
         psutil.wait_procs(alive, timeout=10)
         reap_adopted()
         shutil.rmtree(self.root, ignore_errors=True)
-        return names
 
 
 def sandbox_of(namespace: dict) -> Sandbox:
