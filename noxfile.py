@@ -24,6 +24,9 @@ nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
 
 CONSTRAINTS = ("-c", "constraints.txt")
+# veRL 0.9.1 and TransferQueue, the upstreams the handbook explains, installed as test fixtures
+# without their GPU stack (their dependencies are the `verl` extra; versions in constraints.txt).
+UPSTREAM_FIXTURES = ("--no-deps", "verl", "TransferQueue")
 # The site build needs only the MkDocs toolchain, not Ray and torch: install that list alone.
 EXTRAS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-dependencies"]
 DOCS_TOOLS = EXTRAS["docs"]
@@ -37,7 +40,8 @@ def tests(session: nox.Session) -> None:
     which stops every Ray process on the machine; they run one at a time after the
     parallel pass (marker `shell`, see tests/docblocks/shell.py).
     """
-    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf]")
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
     # --durations: the slowest items, so a run that creeps towards its budget shows why.
     session.run("pytest", "--durations=15", *session.posargs)
     # Exit code 5 (nothing selected) is fine when the arguments name no shell page.
