@@ -1,6 +1,6 @@
 """DataProto: the batch that flows between the driver and the worker groups.
 
-Follows verl/protocol.py at veRL commit b178a3cd (names and semantics; the code is our own).
+Follows ``verl/protocol.py`` in veRL 0.9.1 (names and semantics; the code is our own).
 
 A ``DataProto`` holds one batch of ``B`` rows in three parts:
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -42,8 +43,11 @@ __all__ = [
     "unpad_dataproto",
 ]
 
-# veRL stores this flag under "_verl_auto_padding"; the handbook uses a readable key.
-AUTO_PADDING_KEY = "auto_padding"
+# The per-batch opt-in to padding, under veRL's own key (``DataProtoConfig.auto_padding_key``
+# in verl/protocol.py), so that a batch built for veRL pads here too and vice versa.
+AUTO_PADDING_KEY = "_verl_auto_padding"
+# veRL's machine-wide opt-in: every batch pads when this is "1" or "true".
+AUTO_PADDING_ENV = "VERL_AUTO_PADDING"
 
 
 class BatchSplitError(ValueError):
@@ -56,7 +60,7 @@ class DataProtoItem:
 
     ``batch`` is a TensorDict with ``batch_size == []`` (each tensor loses its first dim),
     ``non_tensor_batch`` maps each key to that row's element, ``meta_info`` is shared.
-    Follows verl/protocol.py at veRL commit b178a3cd.
+    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     batch: TensorDict | None = None
@@ -79,7 +83,7 @@ class DataProto:
         TypeError: ``batch`` is not a TensorDict, or a non_tensor_batch value is not an ndarray.
         ValueError: the first dimensions disagree (the message names the key and both sizes).
 
-    Follows verl/protocol.py at veRL commit b178a3cd.
+    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     batch: TensorDict | None = None
@@ -184,7 +188,7 @@ class DataProto:
 
         Raises ValueError if the tensors' first dimensions differ (names both keys and sizes)
         or a tensor is 0-dimensional; see ``check_consistency`` for the non-tensors.
-        Follows verl/protocol.py at veRL commit b178a3cd (without ``num_batch_dims``).
+        Follows ``verl/protocol.py`` in veRL 0.9.1 (without ``num_batch_dims``).
         """
         tensors = tensors or {}
         meta_info = dict(meta_info or {})
@@ -220,7 +224,7 @@ class DataProto:
         """Like ``from_dict``, but one dict: tensors go to ``batch``, ndarrays to non_tensor_batch.
 
         Raises TypeError for any other value type (veRL raises ValueError here).
-        Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         tensors, non_tensors = {}, {}
         for key, val in data.items():
@@ -246,7 +250,7 @@ class DataProto:
         Without ``deepcopy`` the result shares tensors, arrays and meta values with ``self``
         (new dicts, same data). With ``deepcopy=True`` everything is copied, the tensors too.
         Missing ``batch_keys`` raise KeyError; missing non-tensor and meta keys are skipped,
-        as in veRL. Follows verl/protocol.py at veRL commit b178a3cd.
+        as in veRL. Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         batch = self.batch
         if batch_keys is not None:
@@ -279,7 +283,7 @@ class DataProto:
         """Remove the given keys from ``self`` and return them as a new DataProto.
 
         Raises KeyError (before removing anything) if a key is missing.
-        Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         batch_keys = batch_keys or []
         non_tensor_batch_keys = non_tensor_batch_keys or []
@@ -306,7 +310,7 @@ class DataProto:
         compare element by element; NaN equals NaN outside tensors, as in veRL). Nothing is
         merged if any check fails.
         Raises ValueError naming the part and key on a conflict, or both sizes if the batch
-        sizes differ. Follows verl/protocol.py at veRL commit b178a3cd.
+        sizes differ. Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if _has_rows(self) and _has_rows(other) and len(self) != len(other):
             raise ValueError(f"cannot union batches of size {len(self)} and {len(other)}")
@@ -340,7 +344,7 @@ class DataProto:
           copied (``self.select_idxs``).
 
         meta_info is shared with ``self``. Raises TypeError for other index types.
-        Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if isinstance(item, slice):
             return self.slice(item.start, item.stop, item.step)
@@ -357,7 +361,10 @@ class DataProto:
         )
 
     def slice(self, start=None, end=None, step=None) -> DataProto:
-        """Rows ``start:end:step`` (views, not copies). Follows veRL commit b178a3cd."""
+        """Rows ``start:end:step`` (views, not copies).
+
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
+        """
         rows = slice(start, end, step)
         return DataProto(
             batch=self.batch[rows] if self.batch is not None else None,
@@ -368,7 +375,7 @@ class DataProto:
     def select_idxs(self, idxs) -> DataProto:
         """Rows at 1-D integer indices or a boolean mask of length ``len(self)``.
 
-        Raises IndexError for a non 1-D index. Follows veRL commit b178a3cd.
+        Raises IndexError for a non 1-D index. Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if isinstance(idxs, torch.Tensor):
             idxs = idxs.detach().cpu().numpy()
@@ -389,7 +396,7 @@ class DataProto:
         Each part is a view and shares ``meta_info``. Raises ValueError if ``chunks < 1`` and
         BatchSplitError if ``len(self) % chunks != 0``. Unlike veRL, chunk never makes unequal
         parts, even with auto padding on: the worker group pads before it chunks.
-        Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if chunks < 1:
             raise ValueError(f"chunks must be >= 1, got {chunks}")
@@ -397,7 +404,7 @@ class DataProto:
             raise BatchSplitError(
                 f"cannot chunk a batch of size {len(self)} into {chunks} equal parts: "
                 f"pad it with pad_dataproto_to_divisor(data, {chunks}), or set "
-                "data.meta_info['auto_padding'] = True so that the worker group pads and "
+                f"data.meta_info[{AUTO_PADDING_KEY!r}] = True so that the worker group pads and "
                 "unpads for you"
             )
         size = len(self) // chunks
@@ -406,7 +413,7 @@ class DataProto:
     def split(self, split_size: int) -> list[DataProto]:
         """Cut into parts of ``split_size`` rows; the last may be shorter (like torch.split).
 
-        Raises ValueError if ``split_size < 1``. Follows verl/protocol.py at veRL commit b178a3cd.
+        Raises ValueError if ``split_size < 1``. Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if split_size < 1:
             raise ValueError(f"split_size must be >= 1, got {split_size}")
@@ -445,7 +452,7 @@ class DataProto:
 
         ``interleave=True``: rows ``[a, b]`` become ``[a, a, b, b]``, so the n samples of one
         prompt are adjacent (GRPO groups). ``interleave=False``: ``[a, b, a, b]`` (tile).
-        The result is a copy. Follows verl/protocol.py at veRL commit b178a3cd.
+        The result is a copy. Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         rows = np.arange(len(self))
         order = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
@@ -454,18 +461,21 @@ class DataProto:
     # ---- padding, device ------------------------------------------------------------------
 
     def is_padding_enabled(self) -> bool:
-        """True if ``meta_info[AUTO_PADDING_KEY]`` is set: the worker group then pads this batch
-        to a multiple of its world size before chunking, and unpads the outputs.
+        """True if ``meta_info["_verl_auto_padding"]`` is set, or the environment variable
+        ``VERL_AUTO_PADDING`` is ``1``/``true``: the worker group then pads this batch to a
+        multiple of its world size before chunking, and unpads the outputs.
 
-        veRL also reads the VERL_AUTO_PADDING environment variable and a global config;
-        this version reads meta_info only. Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` (``DataProto.is_padding_enabled``, ``DataProtoConfig``) in
+        veRL 0.9.1; veRL's programmatic switch ``DataProtoConfig.auto_padding = True`` has no
+        counterpart here.
         """
-        return bool(self.meta_info.get(AUTO_PADDING_KEY, False))
+        by_env = os.environ.get(AUTO_PADDING_ENV, "false").lower() in ("1", "true")
+        return by_env or bool(self.meta_info.get(AUTO_PADDING_KEY, False))
 
     def to(self, device: torch.device | str) -> DataProto:
         """Move ``batch`` to ``device`` in place and return ``self`` (numpy data stays on CPU).
 
-        Follows verl/protocol.py at veRL commit b178a3cd.
+        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if self.batch is not None:
             self.batch = self.batch.to(device)
@@ -493,7 +503,7 @@ def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataPr
     The padding rows repeat rows from the start (0, 1, 2, ..., wrapping around if more
     padding than rows is needed), so they are valid inputs for any model.
     Returns ``(padded, pad_size)``; ``padded is data`` when ``pad_size == 0``. Raises
-    ValueError if ``size_divisor < 1``. Follows verl/protocol.py at veRL commit b178a3cd.
+    ValueError if ``size_divisor < 1``. Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
     if size_divisor < 1:
         raise ValueError(f"size_divisor must be >= 1, got {size_divisor}")
@@ -508,7 +518,7 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     """Drop the last ``pad_size`` rows, undoing ``pad_dataproto_to_divisor``.
 
     Raises ValueError if ``pad_size`` is negative or larger than ``len(data)``.
-    Follows verl/protocol.py at veRL commit b178a3cd.
+    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
     if not 0 <= pad_size <= len(data):
         raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
@@ -553,7 +563,7 @@ class DataProtoFuture:
     worker-group call without waiting; only the worker calls ``get()``, so the data moves
     from the producing workers straight to the consuming ones.
 
-    Follows verl/protocol.py at veRL commit b178a3cd.
+    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     collect_fn: Callable[[list[DataProto]], DataProto]

@@ -12,7 +12,8 @@ on the driver (the *single controller*):
 3. **collect**: if blocking, ``ray.get`` the futures and merge the per-rank
    results (keep the list, concatenate a batch, take rank 0 ...).
 
-Follows ``verl/single_controller/base/decorator.py`` (veRL commit b178a3cd),
+Follows ``verl/single_controller/base/decorator.py`` (``register``, ``Dispatch``,
+``Execute``) in veRL 0.9.1,
 with two deliberate differences, documented in the veRL chapter:
 
 * ``Dispatch.RANK_ZERO`` works: veRL declares it but has no dispatch entry for
@@ -123,23 +124,31 @@ def collect_dp_compute(worker_group, outputs: list) -> list:
     return outputs
 
 
-def _chunk(value: Any, chunks: int) -> list:
+def _chunk(name: str, value: Any, chunks: int) -> list:
     if isinstance(value, DataProto | DataProtoFuture):
         return value.chunk(chunks)
-    return [value] * chunks
+    # veRL asserts the same (verl/single_controller/base/decorator.py,
+    # `_split_args_kwargs_data_proto_with_auto_padding`): only batches are split.
+    raise DispatchError(
+        f"DP_COMPUTE_PROTO splits DataProto arguments only, but {name} is a "
+        f"{type(value).__name__}. Put per-batch settings in data.meta_info, or register "
+        "the method with Dispatch.ONE_TO_ALL or Dispatch.ALL_TO_ALL."
+    )
 
 
 def dispatch_dp_compute_data_proto(worker_group, *args, **kwargs):
     """Split every ``DataProto`` (or ``DataProtoFuture``) argument into world_size equal chunks.
 
-    Non-batch arguments are broadcast. A batch that does not divide raises
-    :class:`~reference_impl.data_proto.BatchSplitError` unless its
-    ``meta_info['auto_padding']`` is set, in which case the group pads before
+    Any other argument raises :class:`DispatchError`, as veRL refuses it too. A batch
+    that does not divide raises :class:`~reference_impl.data_proto.BatchSplitError`
+    unless padding is on (``meta_info["_verl_auto_padding"]`` or ``VERL_AUTO_PADDING=1``,
+    as in veRL), in which case the group pads before
     the call and removes the padding from the result (see
     :meth:`~reference_impl.worker_group.RayWorkerGroup._call`).
     """
     n = worker_group.world_size
-    return tuple(_chunk(a, n) for a in args), {k: _chunk(v, n) for k, v in kwargs.items()}
+    chunked_args = tuple(_chunk(f"argument {i}", a, n) for i, a in enumerate(args))
+    return chunked_args, {k: _chunk(f"argument {k!r}", v, n) for k, v in kwargs.items()}
 
 
 def dispatch_dp_compute_data_proto_with_func(worker_group, fn, *args, **kwargs):

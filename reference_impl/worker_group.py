@@ -9,11 +9,14 @@ collects as described in :mod:`reference_impl.decorator`. Undecorated methods
 are reachable with ``wg.execute_all_sync("name", ...)``.
 
 veRL's argument rule for ``execute_all*``: if every positional and keyword
-argument is a list of length ``world_size``, rank ``i`` gets element ``i``;
-otherwise every rank gets the arguments as given.
+argument is a ``list`` of length ``world_size``, rank ``i`` gets element ``i``;
+otherwise every rank gets the arguments as given (a ``tuple`` goes whole to every
+rank). ``execute_all`` and ``execute_rank_zero`` are the asynchronous forms (they
+return one ``ObjectRef`` per rank); ``*_sync`` waits.
 
-Follows ``verl/single_controller/ray/base.py`` and
-``verl/single_controller/base/worker_group.py`` at veRL commit b178a3cd.
+Follows ``verl/single_controller/ray/base.py`` (``RayWorkerGroup``, ``RayClassWithInitArgs``,
+``func_generator``) and ``verl/single_controller/base/worker_group.py`` (``WorkerGroup``) in
+veRL 0.9.1.
 Differences: failures name the group, the rank and the method; a DataProto
 that does not split is padded only when asked; execution on rank zero passes
 rank 0's share of the dispatched arguments (veRL passes the per-rank lists).
@@ -29,6 +32,7 @@ import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from reference_impl.data_proto import (
+    AUTO_PADDING_KEY,
     BatchSplitError,
     DataProto,
     pad_dataproto_to_divisor,
@@ -216,16 +220,18 @@ class RayWorkerGroup:
         return worker.call_role.remote(self.role, method, *args, **kwargs)
 
     def _split_rule(self, args: tuple, kwargs: dict) -> bool:
+        # veRL's rule tests `list` only: a tuple of world_size items goes to every rank whole.
         values = [*args, *kwargs.values()]
         return bool(values) and all(
-            isinstance(v, list | tuple) and len(v) == self.world_size for v in values
+            isinstance(v, list) and len(v) == self.world_size for v in values
         )
 
     def execute_all_async(self, method_name: str, *args, **kwargs) -> list[ray.ObjectRef]:
         """Call ``method_name`` on every rank; return one ``ObjectRef`` per rank.
 
-        If every argument is a list of length ``world_size``, rank ``i`` gets
-        element ``i`` of each; otherwise all ranks get the same arguments.
+        If every argument is a ``list`` of length ``world_size``, rank ``i`` gets
+        element ``i`` of each; otherwise all ranks get the same arguments (a tuple
+        is not split).
         """
         if self._split_rule(args, kwargs):
             return [
@@ -240,7 +246,9 @@ class RayWorkerGroup:
         """``execute_all_async`` and wait: a list of results in rank order."""
         return self.get(self.execute_all_async(method_name, *args, **kwargs), method_name)
 
-    execute_all = execute_all_sync
+    def execute_all(self, method_name: str, *args, **kwargs) -> list[ray.ObjectRef]:
+        """The same as ``execute_all_async``: one ``ObjectRef`` per rank, as in veRL."""
+        return self.execute_all_async(method_name, *args, **kwargs)
 
     def execute_rank_zero_async(self, method_name: str, *args, **kwargs) -> ray.ObjectRef:
         return self._remote_call(0, method_name, args, kwargs)
@@ -250,7 +258,9 @@ class RayWorkerGroup:
             0
         ]
 
-    execute_rank_zero = execute_rank_zero_sync
+    def execute_rank_zero(self, method_name: str, *args, **kwargs) -> ray.ObjectRef:
+        """The same as ``execute_rank_zero_async``: rank 0's ``ObjectRef``, as in veRL."""
+        return self.execute_rank_zero_async(method_name, *args, **kwargs)
 
     def get(self, refs: list[ray.ObjectRef], method: str, timeout_s: float | None = None) -> list:
         """``ray.get`` the per-rank results; a failure names the group, the rank and the method.
@@ -327,7 +337,8 @@ class RayWorkerGroup:
                 f"{registration.dispatch_mode.name}: a batch of {len(batches[0])} does not split "
                 f"into world_size={self.world_size} equal parts. Pad it with "
                 f"pad_dataproto_to_divisor(data, {self.world_size}), or set "
-                "data.meta_info['auto_padding'] = True so that the group pads and unpads for you."
+                f"data.meta_info[{AUTO_PADDING_KEY!r}] = True so that the group pads and "
+                "unpads for you."
             )
         pad_size = 0
 

@@ -99,7 +99,7 @@ def test_from_dict():
     assert len(data) == 3 and data.batch.batch_size == torch.Size([3])
     assert data.non_tensor_batch["tags"].dtype == object
     assert data.non_tensor_batch["tags"][1] == ["b", "c"]
-    assert data.meta_info == {"temperature": 0.7, "auto_padding": True}
+    assert data.meta_info == {"temperature": 0.7, "_verl_auto_padding": True}
     assert meta == {"temperature": 0.7}  # the caller's dict is not modified
     assert DataProto.from_dict().batch is None
 
@@ -313,7 +313,7 @@ def test_chunk_errors():
     assert isinstance(info.value, ValueError)
     message = str(info.value)
     assert "pad_dataproto_to_divisor(data, 2)" in message
-    assert "data.meta_info['auto_padding'] = True" in message
+    assert "data.meta_info['_verl_auto_padding'] = True" in message
     assert "worker group pads and unpads for you" in message
     with pytest.raises(ValueError, match="chunks must be >= 1, got 0"):
         make(4).chunk(0)
@@ -397,7 +397,7 @@ def test_pad_and_unpad_errors_and_no_op():
 
 def test_is_padding_enabled():
     assert not make(2).is_padding_enabled()
-    assert make(2, meta={"auto_padding": True}).is_padding_enabled()
+    assert make(2, meta={"_verl_auto_padding": True}).is_padding_enabled()
     assert DataProto.from_single_dict({"x": torch.zeros(2)}, auto_padding=True).is_padding_enabled()
 
 
@@ -467,3 +467,10 @@ def test_future_chunk_error_surfaces_at_get(ray_local):
     shares = DataProtoFuture.concat([ray.put(make(5))]).chunk(2)  # building them fetches nothing
     with pytest.raises(BatchSplitError, match="batch of size 5 into 2 equal parts"):
         shares[0].get()
+
+
+def test_padding_switched_on_for_every_batch_by_veRLs_environment_variable(monkeypatch):
+    monkeypatch.setenv("VERL_AUTO_PADDING", "1")
+    assert make(2).is_padding_enabled()
+    monkeypatch.setenv("VERL_AUTO_PADDING", "false")
+    assert not make(2).is_padding_enabled()

@@ -72,6 +72,9 @@ class Accumulator(Worker):
         self.value += x
         return self.value
 
+    def echo(self, x):  # undecorated: reachable with execute_all_sync("echo", ...)
+        return x
+
     @register(Dispatch.ONE_TO_ALL)
     def add_to_all(self, x):
         self.value += x
@@ -169,7 +172,22 @@ def test_veRL_argument_rule_split_vs_broadcast(pool):
     wg = group(pool((2,)))
     assert wg.execute_all_sync("add", x=[1, 3]) == [1, 4]  # split: rank i gets x[i]
     assert wg.execute_all_sync("add", 10) == [11, 14]  # broadcast
-    assert wg.execute_rank_zero("add", 1) == 12
+    # As in veRL 0.9.1, execute_rank_zero and execute_all are the asynchronous forms.
+    ref = wg.execute_rank_zero("add", 1)
+    assert isinstance(ref, ray.ObjectRef) and ray.get(ref) == 12
+    refs = wg.execute_all("add", 0)
+    assert all(isinstance(r, ray.ObjectRef) for r in refs) and ray.get(refs) == [12, 14]
+
+
+def test_only_a_list_is_split_a_tuple_goes_whole_to_every_rank(pool):
+    wg = group(pool((2,)))
+    assert wg.execute_all_sync("echo", [1, 2]) == [1, 2]
+    assert wg.execute_all_sync("echo", (1, 2)) == [(1, 2), (1, 2)]
+
+
+def test_dp_compute_proto_refuses_an_argument_that_is_not_a_batch(shared):
+    with pytest.raises(DispatchError, match="splits DataProto arguments only, but argument 1"):
+        shared.double(batch(4), 3)
 
 
 def test_dispatch_modes(pool):
@@ -196,7 +214,7 @@ def test_batch_that_does_not_split(shared):
     with pytest.raises(BatchSplitError, match="batch of 5 does not split"):
         wg.double(batch(5))
     padded = batch(5)
-    padded.meta_info["auto_padding"] = True
+    padded.meta_info["_verl_auto_padding"] = True  # veRL's key
     assert wg.double(padded).batch["y"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
 
 
