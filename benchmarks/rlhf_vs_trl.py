@@ -21,8 +21,9 @@ How they are matched (every knob comes from ``make_config("grpo", "cpu")``):
 * warm-up: TRL's model gets our supervised format warm-up before RL (same rows, same
   split into per-rank batches, same steps and learning rate), timed apart from RL;
 * batch: ``train_batch_size`` prompts x ``n`` completions per RL step (TRL's
-  ``generation_batch_size``, ``num_generations``); ``ppo_mini_batch_size`` completions per
-  optimiser step (``per_device_train_batch_size``, ``steps_per_generation``);
+  ``generation_batch_size``, ``num_generations``); ``ppo_mini_batch_size`` prompts, i.e.
+  ``mini_batch_responses = ppo_mini_batch_size * n`` completions, per optimiser step
+  (``per_device_train_batch_size``, ``steps_per_generation``);
   ``ppo_epochs`` passes over each batch (``num_iterations``);
 * loss: clipped surrogate with ``clip_ratio`` (``epsilon``), advantages normalised by the
   group's std (``scale_rewards="group"``), token-mean over each mini-batch
@@ -195,7 +196,7 @@ def format_warmup(model, config: RLHFConfig, data_rng: torch.Generator) -> tuple
     """
     tokenizer, task = CharTokenizer(), DigitSumTask(num_digits=config.num_digits)
     start = time.perf_counter()
-    rows = config.warmup_steps * config.ppo_mini_batch_size  # as RLHFTrainer.warmup
+    rows = config.warmup_steps * config.mini_batch_responses  # as RLHFTrainer.warmup
     prompts, _ = task.make_prompts(tokenizer, rows, data_rng)
     digits = torch.randint(0, 10, (rows, config.num_digits), generator=data_rng)
     eos = torch.full((rows, 1), tokenizer.eos_token_id)
@@ -284,7 +285,7 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
         return scores.tolist()
 
     updates_per_generation = (
-        config.responses_per_step // config.ppo_mini_batch_size * config.ppo_epochs
+        config.responses_per_step // config.mini_batch_responses * config.ppo_epochs
     )
 
     class Budget(TrainerCallback):
@@ -320,11 +321,12 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
         save_strategy="no",
         disable_tqdm=True,
         max_steps=10**9,  # the Budget callback ends training
-        # batch: one generation of train_batch_size * n, mini-batches of ppo_mini_batch_size
+        # batch: one generation of train_batch_size * n completions, mini-batches of
+        # ppo_mini_batch_size prompts * n = mini_batch_responses completions
         num_generations=config.n,
-        per_device_train_batch_size=config.ppo_mini_batch_size,
+        per_device_train_batch_size=config.mini_batch_responses,
         gradient_accumulation_steps=1,
-        steps_per_generation=config.responses_per_step // config.ppo_mini_batch_size,
+        steps_per_generation=config.responses_per_step // config.mini_batch_responses,
         num_iterations=config.ppo_epochs,
         # rollout
         max_completion_length=config.max_new_tokens,
@@ -367,7 +369,8 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
 def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> None:
     print(
         f"GRPO on digit-sum, {seconds:g} s of RL each: {config.train_batch_size} prompts x "
-        f"{config.n} completions per step, mini-batches of {config.ppo_mini_batch_size}, "
+        f"{config.n} completions per step, mini-batches of {config.ppo_mini_batch_size} prompts "
+        f"({config.mini_batch_responses} completions), "
         f"{config.ppo_epochs} epochs, {config.max_new_tokens} new tokens"
     )
     width = max(len(ours.name), len(trl.name))

@@ -135,6 +135,38 @@ def test_a_batch_that_does_not_split_across_ranks_is_refused():
         make_config("ppo", train_batch_size=3, n=1, ppo_mini_batch_size=1)
 
 
+def test_ppo_mini_batch_size_counts_prompts_as_in_verl():
+    # veRL 0.9.1 multiplies actor.ppo_mini_batch_size by rollout.n before each update
+    # (verl/trainer/ppo/v1/trainer_base.py, PPOTrainer._update_actor) and the worker divides
+    # the product by the data-parallel size (engine_workers.py, TrainingWorker.train_mini_batch).
+    config = make_config("grpo", train_batch_size=12, n=4, ppo_mini_batch_size=3, world_size=2)
+    assert config.mini_batch_responses == 3 * 4
+    assert config.mini_batch_rows_per_rank == 3 * 4 // 2
+
+    # What one rank of update_actor / update_critic iterates over: its share of the step's
+    # responses, in mini-batches of P * G / world_size rows, train_batch_size / P per epoch.
+    from reference_impl.data_proto import DataProto
+    from reference_impl.rlhf.workers import mini_batches
+
+    share = DataProto.from_dict({"x": torch.arange(config.responses_per_step // 2)})
+    batches = list(mini_batches(share, config.mini_batch_rows_per_rank, 2, torch.Generator()))
+    assert [len(mb) for mb in batches] == [6] * (12 // 3) * 2
+
+
+def test_default_mini_batches_hold_64_responses():
+    # The unit changed from responses to prompts; the presets kept their mini-batch size.
+    grpo, ppo = make_config("grpo"), make_config("ppo")
+    assert (grpo.ppo_mini_batch_size, grpo.n, grpo.mini_batch_responses) == (8, 8, 64)
+    assert (ppo.ppo_mini_batch_size, ppo.n, ppo.mini_batch_responses) == (64, 1, 64)
+
+
+def test_mini_batches_that_do_not_fit_are_refused():
+    with pytest.raises(ConfigError, match=r"train_batch_size=8 prompts .* ppo_mini_batch_size=3 "):
+        make_config("grpo", train_batch_size=8, ppo_mini_batch_size=3)
+    with pytest.raises(ConfigError, match=r"ppo_mini_batch_size \* n = 1 \* 3 = 3 responses"):
+        make_config("grpo", train_batch_size=4, n=3, ppo_mini_batch_size=1, world_size=2)
+
+
 def test_more_gpus_than_the_cluster_has_are_refused():
     config = make_config("grpo", "gpu", world_size=4)
     with pytest.raises(ConfigError, match="needs 4 GPUs but the Ray cluster has 1"):

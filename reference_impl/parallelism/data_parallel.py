@@ -8,9 +8,10 @@ every rank holds ``1/N`` of each of them, all-gathers a layer's parameters just
 before using it, and reduce-scatters its gradients. Both compute the same
 update, so the losses match.
 
-veRL's FSDP workers build the same thing on a device mesh named ``fsdp`` (or
-``ddp`` x ``fsdp`` for hybrid sharding): ``create_device_mesh`` in
-``verl/workers/fsdp_workers.py`` (commit b178a3cd).
+veRL 0.9.1's FSDP engine builds the same thing on a device mesh named ``fsdp`` (or
+``ddp`` x ``fsdp`` for hybrid sharding): ``verl/workers/engine/fsdp/utils.py``
+(``create_device_mesh``), called by ``verl/workers/engine/fsdp/transformer_impl.py``
+(``FSDPEngine._init_device_mesh``).
 """
 
 from __future__ import annotations

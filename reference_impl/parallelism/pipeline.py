@@ -7,8 +7,8 @@ once except at the start and end (the *bubble*; GPipe, Huang et al., 2019).
 Only activations cross between ranks, never weights.
 
 Megatron-LM schedules this (with the backward pass interleaved, "1F1B") in
-``megatron/core/pipeline_parallel/schedules.py``; in veRL it is the ``pp``
-dimension of a Megatron worker.
+``megatron/core/pipeline_parallel/schedules.py``; in veRL 0.9.1 it is the ``pp``
+dimension of the Megatron engine (``verl/workers/engine/megatron/``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,12 @@ Two ways, both measured here:
   shard, so it does not move at all; ``W2`` needs one all-to-all, in which each
   rank sends ``(N - 1) / N`` of its shard, i.e. ``(N - 1) / N**2`` of ``W2``.
 
-veRL's FSDP-to-rollout weight sync lives in ``verl/workers/fsdp_workers.py``
-and the rollout packages under ``verl/workers/rollout/`` (commit b178a3cd).
+veRL 0.9.1's colocated weight sync takes the first way, one tensor at a time: the FSDP
+engine all-gathers each parameter (``verl/workers/engine/fsdp/transformer_impl.py``
+(``FSDPEngine.get_per_tensor_param``)), ``verl/workers/engine_workers.py``
+(``ActorRolloutRefWorker.update_weights``) hands the full tensors over CUDA IPC to the
+vLLM or SGLang server processes on the same GPUs, and each of those loads the slice of
+its own tensor-parallel rank (``verl/workers/rollout/``).
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ gathering any activation in between (Shoeybi et al., *Megatron-LM*, 2019, §3):
 * one **all-reduce** adds the partial sums. That is the only communication.
 
 Megatron-LM implements this in ``ColumnParallelLinear`` / ``RowParallelLinear``
-(``megatron/core/tensor_parallel/layers.py``); veRL's Megatron workers use
-them, and vLLM shards its layers the same way for generation.
+(``megatron/core/tensor_parallel/layers.py``); veRL 0.9.1's Megatron engine uses
+them (``verl/workers/engine/megatron/``), and vLLM shards its layers the same way for
+generation.
 """
 
 from __future__ import annotations

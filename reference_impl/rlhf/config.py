@@ -1,10 +1,17 @@
 """Every knob of a run, its defaults per preset, and checks that fail early with a clear message.
 
-Names follow veRL's config where one exists (``verl/trainer/config/ppo_trainer.yaml``,
-veRL commit b178a3cd): ``train_batch_size`` counts prompts, ``n`` samples are drawn per
-prompt, ``ppo_mini_batch_size`` counts responses per optimiser step, ``use_kl_loss`` /
-``kl_loss_type`` put KL in the actor's loss (GRPO's way), ``use_kl_in_reward`` /
-``kl_penalty`` subtract it from the reward (classic PPO's way).
+Names and units follow veRL 0.9.1's config where one exists
+(``verl/trainer/config/ppo_trainer.yaml``, ``verl/workers/config/actor.py``
+(``ActorConfig``)): ``train_batch_size`` counts prompts, ``n`` responses are sampled per
+prompt (veRL's ``actor_rollout_ref.rollout.n``), and ``ppo_mini_batch_size`` counts
+**prompts** per optimiser step, so one mini-batch holds ``ppo_mini_batch_size * n``
+responses (:attr:`RLHFConfig.mini_batch_responses`), split evenly over the
+data-parallel ranks. veRL does the same multiplication on its controller
+(``verl/trainer/ppo/v1/trainer_base.py`` (``PPOTrainer._update_actor``,
+``PPOTrainer._update_critic``)) and the same division by the data-parallel size in the
+worker (``verl/workers/engine_workers.py`` (``TrainingWorker.train_mini_batch``)).
+``use_kl_loss`` / ``kl_loss_type`` put KL in the actor's loss (GRPO's way),
+``use_kl_in_reward`` / ``kl_penalty`` subtract it from the reward (classic PPO's way).
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RLHFConfig:
-    """One run. Sizes count responses unless the name says prompts; times are in seconds."""
+    """One run. Batch sizes count prompts, as veRL's do; times are in seconds.
+
+    ``train_batch_size`` and ``ppo_mini_batch_size`` are numbers of prompts; each
+    prompt gets ``n`` responses, so a step makes :attr:`responses_per_step` responses and
+    each optimiser step trains on :attr:`mini_batch_responses` of them.
+    """
 
     algo: str = "grpo"  # "grpo" or "ppo"
     preset: str = "cpu"  # "cpu" or "gpu": model shape, dtype and device
@@ -37,7 +49,9 @@ class RLHFConfig:
     max_new_tokens: int = 4
     # --- actor ---
     actor_lr: float = 3e-4
-    ppo_mini_batch_size: int = 64  # responses per optimiser step, over all ranks
+    # Prompts per optimiser step over all ranks; the mini-batch holds ppo_mini_batch_size * n
+    # responses (GRPO: 8 prompts x 8 = 64 responses; PPO sets 64 prompts x 1 below).
+    ppo_mini_batch_size: int = 8
     ppo_epochs: int = 2
     clip_ratio: float = 0.2
     entropy_coeff: float = 0.0
@@ -94,7 +108,27 @@ class RLHFConfig:
 
     @property
     def responses_per_step(self) -> int:
+        """Responses sampled per RL step: ``train_batch_size * n``."""
         return self.train_batch_size * self.n
+
+    @property
+    def mini_batch_responses(self) -> int:
+        """Responses per optimiser step over all ranks: ``ppo_mini_batch_size * n``.
+
+        veRL 0.9.1 computes the same product before each update
+        (``verl/trainer/ppo/v1/trainer_base.py`` (``PPOTrainer._update_actor``)).
+        """
+        return self.ppo_mini_batch_size * self.n
+
+    @property
+    def mini_batch_rows_per_rank(self) -> int:
+        """Responses each data-parallel rank trains on per optimiser step.
+
+        ``mini_batch_responses // world_size``, as ``TrainingWorker.train_mini_batch``
+        divides veRL's mini-batch by the data-parallel size
+        (``verl/workers/engine_workers.py``).
+        """
+        return self.mini_batch_responses // self.world_size
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +141,7 @@ DEFAULTS = {
     "ppo": {
         "train_batch_size": 128,
         "n": 1,
+        "ppo_mini_batch_size": 64,  # prompts, = 64 responses with n = 1
         "use_kl_loss": False,
         "use_kl_in_reward": True,
     },
@@ -146,6 +181,8 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
     """
     if config.algo == "grpo" and config.n < 2:
         raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")
+    if config.world_size < 1:
+        raise ConfigError(f"world_size must be >= 1, got {config.world_size}")
     responses = config.responses_per_step
     if responses % config.world_size:
         raise ConfigError(
@@ -153,15 +190,17 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
             f"responses do not split across world_size={config.world_size} data-parallel "
             "ranks; make the product a multiple of world_size"
         )
-    if responses % config.ppo_mini_batch_size:
+    if config.ppo_mini_batch_size < 1 or config.train_batch_size % config.ppo_mini_batch_size:
         raise ConfigError(
-            f"{responses} responses per step do not split into mini-batches of "
-            f"ppo_mini_batch_size={config.ppo_mini_batch_size}; pick a divisor of {responses}"
+            f"train_batch_size={config.train_batch_size} prompts per step do not split into "
+            f"mini-batches of ppo_mini_batch_size={config.ppo_mini_batch_size} prompts; pick a "
+            f"divisor of {config.train_batch_size}"
         )
-    if config.ppo_mini_batch_size % config.world_size:
+    if config.mini_batch_responses % config.world_size:
         raise ConfigError(
-            f"ppo_mini_batch_size={config.ppo_mini_batch_size} does not split across "
-            f"world_size={config.world_size} ranks; make it a multiple of world_size"
+            f"ppo_mini_batch_size * n = {config.ppo_mini_batch_size} * {config.n} = "
+            f"{config.mini_batch_responses} responses per mini-batch do not split across "
+            f"world_size={config.world_size} ranks; make the product a multiple of world_size"
         )
     if config.max_new_tokens <= config.num_digits:
         raise ConfigError(
@@ -172,8 +211,6 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
         raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
     if config.time_limit_s < 0 or config.target_score < 0:
         raise ConfigError("time_limit_s and target_score must be >= 0 (0 turns them off)")
-    if config.world_size < 1:
-        raise ConfigError(f"world_size must be >= 1, got {config.world_size}")
     if config.nnodes < 1 or config.world_size % config.nnodes:
         raise ConfigError(
             f"world_size={config.world_size} does not split evenly over nnodes="

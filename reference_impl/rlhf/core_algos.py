@@ -17,10 +17,15 @@ says which positions count. The module holds:
   al. 2019, arXiv:1909.08593);
 - per-token quantities from logits: ``entropy_from_logits``, ``logprobs_from_logits``.
 
-Follows verl/trainer/ppo/core_algos.py and verl/utils/torch_functional.py at veRL commit
-b178a3cd (``apply_kl_penalty`` follows verl/trainer/ppo/ray_trainer.py), with the same
-names, argument names and semantics; the code is our own. Deliberate differences: one
-process, so ``agg_loss`` has no data-parallel normalisers; ``compute_policy_loss`` is plain
+Follows veRL 0.9.1's ``verl/trainer/ppo/core_algos.py`` and
+``verl/utils/torch_functional.py`` (``apply_kl_penalty`` follows
+``verl/trainer/ppo/ray_trainer.py`` (``apply_kl_penalty``), which the default trainer
+imports too), with the same names, argument names and semantics; the code is our own.
+In veRL 0.9.1 the driver-side functions run in the controller
+(``verl/trainer/ppo/v1/trainer_base.py`` (``PPOTrainer._compute_advantage``)) and the losses
+in the workers (``verl/workers/utils/losses.py`` (``ppo_loss``, ``value_loss``)).
+Deliberate differences: each rank averages over its own tokens, so ``agg_loss`` has no
+data-parallel normalisers; ``compute_policy_loss`` is plain
 PPO clipping without veRL's dual-clip for negative advantages; ``kl_penalty`` has no
 straight-through ``"k3+"``-style modes; and bad input raises ``ValueError`` with a message
 instead of an assertion or ``NotImplementedError``.

@@ -1,19 +1,25 @@
 """The training engine's plumbing: FSDP2 sharding, gathering full weights, checkpoints.
 
 * :func:`shard` wraps a Hugging Face decoder with FSDP2 (``fully_shard``), one
-  unit per decoder layer plus the root, as veRL's FSDP workers do. Each rank
-  then keeps ``1 / world_size`` of every parameter, gradient and optimiser state.
+  unit per decoder layer plus the root, as veRL 0.9.1's FSDP engine does
+  (``verl/utils/fsdp_utils.py`` (``apply_fsdp2``), which also gives untied embeddings
+  and the output layer units of their own). Each rank then keeps ``1 / world_size``
+  of every parameter, gradient and optimiser state.
 * :func:`full_state_dict` all-gathers the sharded weights into ordinary tensors:
-  the hybrid engine's switch from training to generation (veRL does it in
-  ``ActorRolloutRefWorker.rollout_mode`` in ``verl/workers/fsdp_workers.py``
-  before handing the weights to its inference engine).
+  our hybrid engine's switch from training to generation. veRL 0.9.1 gathers the same
+  way, one parameter at a time (``verl/workers/engine/fsdp/transformer_impl.py``
+  (``FSDPEngine.get_per_tensor_param``)), and then streams the tensors over CUDA IPC to
+  a vLLM or SGLang server in another process
+  (``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.update_weights``)); we
+  load them into a rollout model in the same process instead.
 * :func:`save` / :func:`load` write and read a sharded checkpoint with
   ``torch.distributed.checkpoint`` (each rank writes its own shards), plus the
   per-rank random-number state, so a resumed run repeats the same samples.
 
 Works on CPU with gloo and on GPU with NCCL: the device mesh follows the device.
-Follows ``verl/workers/fsdp_workers.py`` and ``verl/utils/fsdp_utils.py`` (veRL
-commit b178a3cd) in spirit; see PyTorch's FSDP2 tutorial for ``fully_shard``.
+Follows ``verl/workers/engine/fsdp/transformer_impl.py`` (``FSDPEngine``) and
+``verl/utils/fsdp_utils.py`` of veRL 0.9.1 in spirit; see PyTorch's FSDP2 tutorial
+for ``fully_shard``.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 def ensure_process_group(worker, device: str) -> None:
     """Join the worker's torch.distributed group unless a colocated role already did.
 
-    Colocated roles live in one process and share one process group (veRL's
-    ``WorkerDict`` does the same), so only the first role to start initialises it.
+    Colocated roles live in one process and share one process group, so only the first
+    role to start initialises it; veRL 0.9.1 makes the same check
+    (``verl/utils/distributed.py`` (``initialize_global_process_group_ray``)).
     """
     if not dist.is_initialized():
         worker.init_process_group(backend="nccl" if device == "cuda" else "gloo")
@@ -50,8 +57,9 @@ def shard(model: torch.nn.Module, device: str) -> torch.nn.Module:
     ``model`` must have ``.model.layers`` (Hugging Face decoder layout) and fp32
     parameters. On GPU, forward and backward run in bf16 while the sharded fp32
     parameters (the "master weights") take the optimiser step and gradients are
-    reduced in fp32, as veRL's actor does: a small update such as ``1e-5 * g``
-    would vanish if added to bf16 weights directly.
+    reduced in fp32, veRL 0.9.1's default ``MixedPrecisionPolicy``
+    (``verl/workers/engine/fsdp/transformer_impl.py`` (``FSDPEngine._build_fsdp_module``)):
+    a small update such as ``1e-5 * g`` would vanish if added to bf16 weights directly.
     """
     mesh = init_device_mesh(device, (dist.get_world_size(),))
     policy = MixedPrecisionPolicy(

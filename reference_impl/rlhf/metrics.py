@@ -1,19 +1,23 @@
 """Per-step metrics under veRL's names, the FLOPs formula behind MFU, and where metrics go.
 
-Names follow ``verl/trainer/ppo/metric_utils.py`` (veRL commit b178a3cd):
-``critic/score/mean`` is the mean task score, ``response_length/mean`` the mean
-number of generated tokens, ``timing_s/<stage>`` the seconds each stage of the
-step took, ``perf/throughput`` the tokens (prompt + response) processed per
-second per worker.
+Names follow veRL 0.9.1's ``verl/trainer/ppo/metric_utils.py``
+(``compute_data_metrics``, ``compute_throughout_metrics``): ``critic/score/mean`` is
+the mean task score, ``response_length/mean`` the mean number of generated tokens,
+``timing_s/<stage>`` the seconds each stage of the step took, ``perf/throughput``
+the tokens (prompt + response) processed per second per worker. One name is ours:
+``timing_s/weight_sync``, the all-gather into the in-process rollout model inside
+``timing_s/gen``; veRL 0.9.1 times its weight transfer to the rollout servers as
+``timing_s/update_weights``, at the end of the step
+(``verl/trainer/ppo/v1/trainer_sync.py`` (``PPOTrainerSync.on_step_end``)).
 
 MFU. A training step of a decoder with ``N`` non-embedding parameters costs
 about ``6 N`` FLOPs per token (2 forward, 4 backward; Kaplan et al. 2020), plus
 attention's ``6 * L_layers * d_attn * s`` per token for a sequence of ``s``
-tokens (the score and value products; ``d_attn = heads * head_dim``), as veRL's
-``verl/utils/flops_counter.py`` counts it. ``perf/mfu/actor`` is the FLOPs of
-the actor update (all PPO epochs) divided by ``timing_s/update_actor`` and by
-the peak FLOP/s of the workers: the vendor's dense bf16 peak on known GPUs,
-and on CPU a peak measured with a large matmul in each worker.
+tokens (the score and value products; ``d_attn = heads * head_dim``), as
+``verl/utils/flops_counter.py`` (``_estimate_qwen2_flops``) counts it.
+``perf/mfu/actor`` is the FLOPs of the actor update (all PPO epochs) divided by
+``timing_s/update_actor`` and by the peak FLOP/s of the workers: the vendor's dense
+bf16 peak on known GPUs, and on CPU a peak measured with a large matmul in each worker.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import torch
 
 from reference_impl.rlhf.model import ModelShape
 
-# Dense bf16 peak FLOP/s (vendor data sheets), as in veRL's get_device_flops.
+# Dense bf16 peak FLOP/s (vendor data sheets), as in get_device_flops of
+# verl/utils/flops_counter.py.
 GPU_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}
 
 

@@ -10,9 +10,10 @@ Nothing is downloaded. :data:`PRESETS` holds two shapes:
   2 KV heads, MLP 4864) with this task's small vocabulary, in bf16.
 
 The actor is ``Qwen2ForCausalLM``; the critic is ``Qwen2ForTokenClassification``
-with one label, i.e. the same backbone with a scalar value head, as veRL builds
-its critic (``AutoModelForTokenClassification`` with ``num_labels=1`` in
-``verl/workers/fsdp_workers.py``, veRL commit b178a3cd). ``load_model`` keeps
+with one label, i.e. the same backbone with a scalar value head, as veRL 0.9.1 builds
+its critic (``num_labels=1`` in ``verl/workers/engine/fsdp/transformer_impl.py``
+(``FSDPEngine._build_module``), loading an ``AutoModelForTokenClassification`` through
+``verl/utils/model.py`` (``load_valuehead_model``)). ``load_model`` keeps
 the real loading path (``from_pretrained`` on a local directory) for readers
 who point it at a checkpoint of their own.
 """

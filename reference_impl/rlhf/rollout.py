@@ -7,10 +7,13 @@ newest token and reuses the keys and values of the earlier ones (the KV cache
 that ``transformers`` keeps in ``past_key_values``), so a step costs one
 token's compute, not the whole sequence's.
 
-Output layout follows veRL's rollout (``verl/workers/rollout``, veRL commit
-b178a3cd): ``prompts``, ``responses`` (right-padded with pad), ``input_ids``
-(their concatenation), ``attention_mask``, ``position_ids`` and
-``response_mask`` (1 for generated tokens up to and including EOS).
+Output layout follows the batch that veRL 0.9.1's agent loop assembles from its
+rollout servers (``verl/experimental/agent_loop/agent_loop.py``
+(``AgentLoopWorker._postprocess``)): ``prompts``, ``responses`` (right-padded with pad),
+``input_ids`` (their concatenation), ``attention_mask``, ``position_ids`` and
+``response_mask`` (1 for generated tokens up to and including EOS). veRL generates
+with vLLM or SGLang in server actors of their own (``verl/workers/rollout/``); this
+module is the small in-process sampler that stands in for them.
 """
 
 from __future__ import annotations

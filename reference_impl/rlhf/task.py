@@ -15,9 +15,12 @@ The check runs on **token ids**, never on decoded text: a decoder that drops
 ``"49"``, and a policy would learn to game that. Here every one of the first
 ``num_digits`` response tokens must be a digit token and the next one EOS.
 
-veRL computes rule-based rewards in the driver with a ``reward_fn`` over the
-batch (``verl/trainer/ppo/reward.py``, veRL commit b178a3cd); so does this
-pipeline (:func:`score_responses` is called by the trainer).
+Here the trainer calls :func:`score_responses` on the driver, over the whole batch,
+as veRL's legacy trainer did. veRL 0.9.1 scores each response as soon as it is
+generated, in ``RewardLoopWorker`` actors (``verl/experimental/reward_loop/reward_loop.py``
+(``RewardLoopWorker.compute_score``)) that the agent-loop workers call; a rule-based
+score goes through ``verl/experimental/reward_loop/reward_manager/naive.py``
+(``NaiveRewardManager``).
 """
 
 from __future__ import annotations

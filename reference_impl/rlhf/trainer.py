@@ -1,7 +1,10 @@
 """The single controller: one plain driver loop that runs PPO or GRPO through WorkerGroups.
 
-:meth:`RLHFTrainer.fit` is the whole algorithm, as in veRL's ``RayPPOTrainer.fit``
-(``verl/trainer/ppo/ray_trainer.py``, veRL commit b178a3cd). Each step:
+:meth:`RLHFTrainer.fit` is the whole algorithm. It follows the step of veRL 0.9.1's
+default trainer, ``PPOTrainerSync`` (``verl/trainer/ppo/v1/trainer_sync.py``), whose loop
+is ``PPOTrainer.fit`` and ``PPOTrainer._step_once`` in
+``verl/trainer/ppo/v1/trainer_base.py``; the timer names are veRL's (``timing_s/weight_sync``
+is ours: see :mod:`reference_impl.rlhf.metrics`). Each step:
 
 1. ``gen``: the rollout samples ``n`` responses per prompt (``generate_sequences``);
 2. ``reward``: the rule-based score is computed here, on the driver, from token ids;
@@ -12,6 +15,14 @@
 Batches travel as ``DataProto``: each ``wg.method(batch)`` call splits the batch
 across the group's ranks (``Dispatch.DP_COMPUTE_PROTO``), Ray carries the parts
 to the workers through its object store, and the results are concatenated back.
+veRL's legacy trainer (``verl/trainer/ppo/ray_trainer.py`` (``RayPPOTrainer``),
+``trainer.use_v1=false``) still sends its batches through Ray this way (as ``TensorDict``).
+veRL 0.9.1's default differs in three places: the batch stays in TransferQueue and
+WorkerGroup calls carry only its keys (``KVBatchMeta``);
+rollout runs in vLLM or SGLang server actors fed by agent-loop actors
+(``verl/experimental/agent_loop/agent_loop.py`` (``AgentLoopWorker``)); and rewards are
+computed in ``RewardLoopWorker`` actors (``verl/experimental/reward_loop/reward_loop.py``)
+while each trajectory finishes, not on the driver.
 """
 
 from __future__ import annotations
@@ -74,7 +85,7 @@ class RLHFTrainer:
         actor_cls = RayClassWithInitArgs(ActorRolloutRefWorker, *args)
         critic_cls = RayClassWithInitArgs(CriticWorker, *args)
         if c.use_critic and c.layout == "colocated":
-            # One process per rank holds both roles (veRL's default for FSDP).
+            # One process per rank holds both roles (veRL's default layout).
             pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
             colocated = create_colocated_worker_cls(
                 {"actor_rollout": actor_cls, "critic": critic_cls}
@@ -117,8 +128,8 @@ class RLHFTrainer:
     def warmup(self) -> dict[str, float]:
         """Supervised format warm-up: prompts followed by random digits and EOS."""
         c = self.config
-        # Mini-batch-sized steps: check() made that size split across the ranks.
-        rows = c.warmup_steps * c.ppo_mini_batch_size
+        # Steps of one PPO mini-batch of responses: check() made that size split across ranks.
+        rows = c.warmup_steps * c.mini_batch_responses
         prompts, _ = self.task.make_prompts(self.tokenizer, rows, self.data_rng)
         digits = torch.randint(0, 10, (rows, c.num_digits), generator=self.data_rng)
         answers = self.tokenizer.digit_ids()[digits]

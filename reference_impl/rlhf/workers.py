@@ -1,10 +1,9 @@
 """The roles of the pipeline, as Workers the single controller drives.
 
-* :class:`ActorRolloutRefWorker` holds three models in one process, veRL's
-  hybrid engine: the **actor** (trained, FSDP2-sharded), the **rollout** copy
-  (whole weights, refreshed from the actor before every generation) and the
-  frozen **reference** policy. The same weights train and generate; the worker
-  switches mode by gathering the actor's shards into the rollout copy.
+* :class:`ActorRolloutRefWorker` holds three models in one process, our form of
+  veRL's hybrid engine: the **actor** (trained, FSDP2-sharded), the **rollout** copy
+  (whole weights, refreshed from the actor by an all-gather before every generation)
+  and the frozen **reference** policy. The same weights train and generate.
 * :class:`CriticWorker` holds the value model (PPO only).
 
 Every public method is ``@register``-ed: ``DP_COMPUTE_PROTO`` splits the
@@ -13,10 +12,29 @@ controller's ``DataProto`` across ranks and concatenates the results;
 over ranks with an all-reduce, so rank 0's ``meta_info["metrics"]`` (the one
 the collected DataProto keeps) is the global value.
 
-Follows ``ActorRolloutRefWorker`` and ``CriticWorker`` in
-``verl/workers/fsdp_workers.py`` and the PPO update in
-``verl/workers/actor/dp_actor.py`` / ``verl/workers/critic/dp_critic.py``
-(veRL commit b178a3cd). The docs walk through it in ``docs/rlhf/``.
+Follows veRL 0.9.1's ``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker``,
+``TrainingWorker``), with these simplifications:
+
+* veRL's ``ActorRolloutRefWorker`` wraps one ``TrainingWorker`` for the actor and one
+  for the reference, each driving a training engine (``verl/workers/engine/fsdp/``,
+  ``verl/workers/engine/megatron/``); its critic is a plain ``TrainingWorker`` with a
+  value head. Our :class:`CriticWorker` is that critic under the name older veRL
+  releases gave it.
+* veRL's worker holds no inference engine: its ``rollout`` attribute is an adapter to a
+  vLLM or SGLang server that runs in separate Ray actors on the same GPUs
+  (``verl/workers/rollout/vllm_rollout/vllm_async_server.py`` (``vLLMHttpServer``)).
+  Prompts reach those servers from ``AgentLoopWorker`` actors
+  (``verl/experimental/agent_loop/agent_loop.py``), not through a WorkerGroup call, and
+  the trained weights reach them over CUDA IPC
+  (``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.update_weights``)). Here the
+  rollout model sits in the worker's own process and :meth:`generate_sequences` is a
+  WorkerGroup call.
+* veRL's methods take ``TensorDict`` batches (or TransferQueue keys) and dispatch with
+  ``make_nd_compute_dataproto_dispatch_fn``; the PPO losses are ``ppo_loss`` and
+  ``value_loss`` in ``verl/workers/utils/losses.py``, run once per mini-batch by
+  ``TrainingWorker.train_mini_batch``.
+
+The docs walk through it in ``docs/rlhf/``.
 """
 
 from __future__ import annotations
@@ -106,7 +124,12 @@ class _ModelWorker(Worker):
 
 
 class ActorRolloutRefWorker(_ModelWorker):
-    """Actor, rollout and reference policy in one process (the hybrid engine)."""
+    """Actor, rollout and reference policy in one process (our form of the hybrid engine).
+
+    veRL 0.9.1's class of the same name (``verl/workers/engine_workers.py``) keeps the
+    actor and the reference here too, but its rollout engine runs in separate server
+    actors; see the module docstring.
+    """
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> int:
@@ -169,7 +192,17 @@ class ActorRolloutRefWorker(_ModelWorker):
         """Sample one response per row of ``prompts.batch["input_ids"]`` [b, P].
 
         Switches to generation mode first: the actor's shards are all-gathered
-        into the rollout model (every rank calls this, so the collective matches).
+        into the rollout model (every rank calls this, so the collective matches);
+        ``timing_s/weight_sync`` measures that step. veRL 0.9.1 has no such WorkerGroup
+        method: its trainer sends updated weights once per step with
+        ``ActorRolloutRefWorker.update_weights`` (``verl/workers/engine_workers.py``),
+        timed as ``timing_s/update_weights``, and generation happens in vLLM or SGLang
+        server actors.
+
+        Returns:
+            ``responses`` [b, R], ``input_ids``, ``attention_mask``, ``position_ids``
+            [b, P + R] and ``response_mask`` [b, R]; ``meta_info["metrics"]`` holds
+            ``timing_s/weight_sync``.
         """
         c = self.config
         start = time.perf_counter()
@@ -225,6 +258,11 @@ class ActorRolloutRefWorker(_ModelWorker):
     def update_actor(self, data: DataProto) -> DataProto:
         """``ppo_epochs`` passes of clipped-surrogate updates over this rank's share.
 
+        Each optimiser step takes ``config.mini_batch_rows_per_rank`` responses of this
+        rank's share, i.e. one mini-batch of ``ppo_mini_batch_size`` prompts times ``n``
+        responses over all ranks (veRL 0.9.1: ``ppo_loss`` in
+        ``verl/workers/utils/losses.py``, run by ``TrainingWorker.train_mini_batch``).
+
         Needs ``responses``, ``input_ids``, ``attention_mask``, ``position_ids``,
         ``response_mask``, ``old_log_probs``, ``advantages`` (and ``ref_log_prob``
         when ``use_kl_loss``). Returns the metrics ``actor/pg_loss``,
@@ -233,7 +271,7 @@ class ActorRolloutRefWorker(_ModelWorker):
         """
         c = self.config
         data = self._to_device(data)
-        per_rank = c.ppo_mini_batch_size // self.world_size
+        per_rank = c.mini_batch_rows_per_rank  # ppo_mini_batch_size * n // world_size
         steps = []
         for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
             b = mb.batch
@@ -270,7 +308,11 @@ class ActorRolloutRefWorker(_ModelWorker):
 
 
 class CriticWorker(_ModelWorker):
-    """The value model: a scalar per token, trained on GAE returns (PPO)."""
+    """The value model: a scalar per token, trained on GAE returns (PPO).
+
+    In veRL 0.9.1 the critic is a ``TrainingWorker`` of ``verl/workers/engine_workers.py``
+    built with ``model_type="value_model"``; the class name ``CriticWorker`` is gone there.
+    """
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> int:
@@ -301,13 +343,16 @@ class CriticWorker(_ModelWorker):
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
-        """Clipped value-loss updates towards ``returns``.
+        """Clipped value-loss updates towards ``returns``, in mini-batches like ``update_actor``.
+
+        veRL 0.9.1: ``value_loss`` in ``verl/workers/utils/losses.py``, run by a
+        ``TrainingWorker`` (``train_mini_batch``).
 
         Returns the metrics ``critic/vf_loss``, ``critic/vf_clipfrac`` and ``critic/grad_norm``.
         """
         c = self.config
         data = self._to_device(data)
-        per_rank = c.ppo_mini_batch_size // self.world_size
+        per_rank = c.mini_batch_rows_per_rank  # ppo_mini_batch_size * n // world_size
         steps = []
         for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
             b = mb.batch
