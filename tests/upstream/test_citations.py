@@ -36,7 +36,7 @@ def test_a_changed_path_fails_with_its_page_and_line(tmp_path):
         ("`verl/single_controller/ray/base.py` (`RayWorkerGroup.execute_al`)", "no `execute_al`"),
         ("`verl/trainer/main_ppo.py:57`", "cites a line number"),
         ("`verl.single_controller.ray.basis`", "defines no `basis`"),
-        ("`verl.trainerz`", "is no veRL module"),
+        ("`verl.trainerz`", "defines no `trainerz`"),
         ("`src/ray/raylet/node_manager.cc`", "as a link at the release commit"),
         ("https://github.com/verl-project/verl/blob/main/verl/protocol.py", "not v0.9.1"),
         ("`python/ray/_private/worker.py` (`initialise`)", "defines no `initialise`"),
