@@ -18,9 +18,9 @@ says which positions count. The module holds:
 - per-token quantities from logits: ``entropy_from_logits``, ``logprobs_from_logits``.
 
 Follows veRL 0.9.1's ``verl/trainer/ppo/core_algos.py`` and
-``verl/utils/torch_functional.py`` (``apply_kl_penalty`` follows
-``verl/trainer/ppo/ray_trainer.py`` (``apply_kl_penalty``), which the default trainer
-imports too), with the same names, argument names and semantics; the code is our own.
+``verl/utils/torch_functional.py``, with the same names, argument names and semantics;
+``apply_kl_penalty`` follows ``verl/trainer/ppo/ray_trainer.py`` (``apply_kl_penalty``),
+which the default trainer imports too. The code is our own.
 In veRL 0.9.1 the driver-side functions run in the controller
 (``verl/trainer/ppo/v1/trainer_base.py`` (``PPOTrainer._compute_advantage``)) and the losses
 in the workers (``verl/workers/utils/losses.py`` (``ppo_loss``, ``value_loss``)).
