@@ -16,6 +16,11 @@ it is identical to the English block at the same position, which ran: the
 snippet a reader copies from either language is the one that was executed,
 and the suite starts Ray once per page instead of twice. ``pytest
 --doc-languages=all`` executes the Chinese pages as well.
+
+Backends. ``pytest --backend=verl`` runs the single-controller chapter a second time on
+veRL 0.9.1 itself: ``reference_impl`` is replaced by veRL's objects under the same names
+(``tests/upstream/backend.py``), and the blocks listed in the chapter's table of
+differences must differ there. ``nox -s upstream`` does this.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from tests.docblocks.evaluators import (
     PythonBlock,
     check_data,
     check_output,
+    output_matches,
     report_problem,
     run_gpu_python,
     run_python,
@@ -55,6 +61,14 @@ from tests.docblocks.shell import (
     run_bash,
     run_console,
     write_file,
+)
+from tests.upstream.backend import (
+    CHAPTER,
+    HANG_S,
+    Hung,
+    listed_differences,
+    reference_impl_is_verl,
+    time_limit,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,6 +91,8 @@ def census(document: Document) -> Iterator[tuple[Region, BlockKind]]:
 
 # "en": execute English pages, check Chinese blocks against them; "all": execute both.
 EXECUTE_LANGUAGES = {"value": "en"}
+# "reference_impl": the pages as written; "verl": the veRL chapter on veRL 0.9.1 itself.
+BACKEND = {"value": "reference_impl"}
 
 
 def pytest_addoption(parser):
@@ -87,10 +103,19 @@ def pytest_addoption(parser):
         help="en (default): run English pages and check that each Chinese block is identical "
         "to the English block that ran; all: run the Chinese pages too.",
     )
+    parser.addoption(
+        "--backend",
+        choices=("reference_impl", "verl"),
+        default="reference_impl",
+        help="verl: run the single-controller chapter (docs/verl/) and the tutorial notebook "
+        "with reference_impl's imports replaced by veRL 0.9.1's (tests/upstream/backend.py); "
+        "other pages are not collected.",
+    )
 
 
 def pytest_configure(config):
     EXECUTE_LANGUAGES["value"] = config.getoption("--doc-languages")
+    BACKEND["value"] = config.getoption("--backend")
 
 
 def english_twin(page: Path) -> Path:
@@ -125,9 +150,22 @@ def check_twin(example) -> str | None:
     return None
 
 
+def runs_on_verl(path: Path) -> bool:
+    """Pages run a second time on veRL: the chapter's English pages that use reference_impl."""
+    return (
+        path.parent == CHAPTER
+        and not path.name.endswith(".zh.md")
+        and "from reference_impl import" in path.read_text(encoding="utf-8")
+    )
+
+
 def parse_blocks(document: Document) -> Iterator[Region]:
     """The Sybil parser: one region (one pytest item) per block that is checked."""
     path = Path(document.path)
+    if BACKEND["value"] == "verl":
+        if runs_on_verl(path):
+            yield from parse_blocks_on_verl(document)
+        return
     if path.name.endswith(".zh.md") and EXECUTE_LANGUAGES["value"] == "en":
         yield from parse_twin_blocks(document, english_twin(path))
         return
@@ -167,6 +205,80 @@ def parse_blocks(document: Document) -> Iterator[Region]:
         # accounted for by census() and counted in the summary; nothing runs.
 
 
+def parse_blocks_on_verl(document: Document) -> Iterator[Region]:
+    """The page's python and output blocks, for a run on veRL; listed blocks must differ."""
+    listed = {d.block: d for d in listed_differences() if d.page == Path(document.path).name}
+    previous: PythonBlock | None = None
+    number = 0
+    for region, verdict in census(document):
+        source = str(region.lexemes["source"])
+        follows, previous = previous, None
+        if verdict.kind == "python":
+            number += 1
+            difference = listed.pop(number, None)
+            if difference is None:
+                previous = PythonBlock(source, kind="python on veRL")
+                yield Region(region.start, region.end, previous, run_python)
+            else:
+                previous = ListedBlock(source, kind="python, listed difference", row=difference)
+                yield Region(region.start, region.end, previous, run_listed)
+        elif verdict.kind == "output" and follows is not None:
+            if isinstance(follows, ListedBlock):
+                follows.has_output = True
+                output = ExpectedOutput(source, follows, kind="output, listed difference")
+                yield Region(region.start, region.end, output, check_listed_output)
+            else:
+                output = ExpectedOutput(source, follows, kind="output on veRL")
+                yield Region(region.start, region.end, output, check_output)
+    for difference in listed.values():  # a row naming a block the page does not have
+        problem = Problem(
+            f"the table of differences lists python block {difference.block} of "
+            f"{difference.page}, which has only {number} python blocks",
+            kind="python, listed difference",
+        )
+        yield Region(len(document.text), len(document.text), problem, report_problem)
+
+
+@dataclass
+class ListedBlock(PythonBlock):
+    """A python block listed in the table of differences: on veRL it must not hold."""
+
+    row: object = None
+    has_output: bool = False
+    raised: str | None = None
+
+
+def run_listed(example) -> None:
+    block: ListedBlock = example.parsed
+    block.raised = None
+    try:
+        with time_limit(HANG_S):
+            run_python(example)
+    except Hung as error:
+        block.raised = f"hung: {error}"
+    except Exception as error:  # noqa: BLE001 - any failure is the listed difference
+        block.raised = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
+    if block.raised is None and not block.has_output:
+        raise AssertionError(
+            f"listed in docs/verl/differences.md ({block.row.what}), but it runs on veRL "
+            "0.9.1 without error and shows no output to differ: remove the row"
+        )
+    sys.stdout.write(f"\n[differs on veRL as listed: {block.raised or 'prints otherwise'}]\n")
+
+
+def check_listed_output(example) -> str | None:
+    expected: ExpectedOutput = example.parsed
+    block: ListedBlock = expected.source_block
+    if block.raised is not None:
+        return None  # the python block already differed
+    if block.printed is not None and output_matches(expected.text, block.printed):
+        return (
+            f"listed in docs/verl/differences.md ({block.row.what}), but on veRL 0.9.1 "
+            "it prints what the page shows: remove the row"
+        )
+    return None
+
+
 def unmarked(verdict: BlockKind) -> Problem:
     return Problem(
         f"this `{verdict.language or 'plain'}` block is neither run nor marked"
@@ -190,9 +302,16 @@ def start_page(namespace: dict) -> None:
     # `python page.py`: cloudpickle ships __main__ objects to Ray by value.
     namespace["__name__"] = "__main__"
     stop_what_the_page_started(namespace)
+    if BACKEND["value"] == "verl":
+        switch = reference_impl_is_verl()
+        switch.__enter__()
+        namespace["__reference_impl_is_verl__"] = switch
 
 
 def stop_what_the_page_started(namespace: dict) -> None:
+    switch = namespace.pop("__reference_impl_is_verl__", None)
+    if switch is not None:
+        switch.__exit__(None, None, None)
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         ray.shutdown()
@@ -334,6 +453,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         terminalreporter.write_line(
             "zh pages: each block checked identical to its English twin, which ran "
             "(--doc-languages=all runs them too)"
+        )
+    if BACKEND["value"] == "verl":
+        terminalreporter.write_line(
+            f"blocks run on veRL 0.9.1 (--backend=verl): python {ran('python on veRL') or 'none'}; "
+            f"output {ran('output on veRL') or 'none'}; listed differences "
+            f"{ran('python, listed difference') or 'none'} (each must differ on veRL)"
         )
     if blocks["unmarked"]:
         terminalreporter.write_line(f"UNMARKED blocks (failing): {blocks['unmarked']}", red=True)

@@ -51,7 +51,7 @@ REPO_ONLY = {
 
 BACKTICKED = r"`+\s*([^`]+?)\s*`+"
 # A path token: starts a word, runs over path characters; braces expand ({fsdp,megatron}).
-VERL_PATH = re.compile(r"(?<![A-Za-z0-9_/.{-])verl/[A-Za-z0-9_/.{},*-]*")
+VERL_PATH = re.compile(r"(?<!\]\()(?<![A-Za-z0-9_/.{-])verl/[A-Za-z0-9_/.{},*-]*")
 RAY_PY_PATH = re.compile(r"(?<![A-Za-z0-9_/.-])python/ray/[A-Za-z0-9_/.-]*")
 RAY_CPP_PATH = re.compile(r"(?<![A-Za-z0-9_/.-])src/ray/[A-Za-z0-9_/.-]*")
 VERL_DOTTED = re.compile(r"(?<![A-Za-z0-9_./-])verl(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
