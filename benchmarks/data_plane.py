@@ -285,14 +285,10 @@ if __name__ == "__main__":
     results = []
     for nodes in (1, 2) if args.nodes == "both" else (int(args.nodes),):
         results += run(sizes, nodes)
-    print(
-        f"{'nodes':<6}{'payload':>10}{'controller (a)':>16}{'controller (b)':>16}"
-        f"{'(b)/(a) bytes':>15}{'(b)/(a) time':>14}  exact"
-    )
+    print(f"{'nodes':<6}{'payload':>10}{'controller (a)':>16}{'controller (b)':>16}  time (b)/(a)")
     for r in results:
-        exact = "yes" if r["exact"] else "not read back"
+        exact = "exact" if r["exact"] else "(a) exact, (b) not read back"
         print(
             f"{r['nodes']:<6}{human(r['payload']):>10}{human(r['bytes_a']):>16}"
-            f"{human(r['bytes_b']):>16}{r['bytes_b'] / r['bytes_a']:>14.5f}x"
-            f"{r['time_ratio']:>13.2f}x  {exact}"
+            f"{human(r['bytes_b']):>16}{r['time_ratio']:>13.2f}x  {exact}"
         )
