@@ -93,7 +93,11 @@ class Scorer(Worker):
 
     @register({"dispatch_fn": split_keys, "collect_fn": concat_keys})
     def score_keys(self, meta: KVBatchMeta) -> KVBatchMeta:
-        """(b) Read ``x`` for ``meta.keys`` over ZMQ, write ``y`` back; return the keys."""
+        """(b) Read ``x`` for ``meta.keys`` over ZMQ, write ``y`` back; return the keys.
+
+        ``x`` and ``y``: float32 (len(meta), cols). What ``tqbridge`` in
+        ``verl/utils/transferqueue_utils.py`` does around a veRL worker method, by hand.
+        """
         got = tq.kv_batch_get(keys=meta.keys, partition_id=meta.partition_id, select_fields=["x"])
         # TransferQueue stores rows one by one and returns a field as a nested (jagged)
         # tensor; veRL pads it back the same way (TensorDict.to_padded_tensor).
@@ -103,6 +107,7 @@ class Scorer(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def node_id(self) -> str:
+        """This rank's Ray node id (hex), to check where the group landed."""
         return ray.get_runtime_context().get_node_id()
 
 
@@ -124,12 +129,18 @@ class Rollout:
         return DataProto.from_dict({"x": self.x})
 
     def batch_keys(self, step: int) -> KVBatchMeta:
-        """(b) Write the batch into TransferQueue; return only its keys and field names."""
+        """(b) Write the batch into TransferQueue; return only its keys and field names.
+
+        As veRL's ``AgentLoopWorkerTQ`` (``verl/trainer/ppo/v1/agent_loop_tq.py``) writes
+        finished trajectories, with ``kv_batch_put`` (TransferQueue's
+        ``transfer_queue/interface.py``).
+        """
         keys = [f"step{step:05d}/row{i:05d}" for i in range(ROWS)]  # fixed width: stable sizes
         fields = TensorDict({"x": self.x}, batch_size=[ROWS])
         return tq.kv_batch_put(keys=keys, partition_id=PARTITION, fields=fields)
 
     def node_id(self) -> str:
+        """This actor's Ray node id (hex)."""
         return ray.get_runtime_context().get_node_id()
 
 
