@@ -108,14 +108,21 @@ def bench(session: nox.Session) -> None:
     calls, put/get and inter-node transfer against baselines, then `ray microbenchmark`;
     rlhf_vs_trl.py: our GRPO against TRL's GRPOTrainer at equal wall time;
     rlhf_generation.py: our rollout against transformers' generate (the gpu preset on a
-    CUDA machine).
+    CUDA machine); data_plane.py: a batch as payload through the controller against keys
+    through real TransferQueue actors, one and two nodes; dataproto_serialization.py:
+    veRL 0.9.1's DataProto serialisation paths against reference_impl's.
     """
-    session.install(*CONSTRAINTS, "-e", ".[rlhf,bench]")
+    session.install(*CONSTRAINTS, "-e", ".[rlhf,bench,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
     session.run("python", "benchmarks/single_controller.py", *session.posargs)
     # Ray Core on this machine, and Ray's own `ray microbenchmark` (about twenty minutes).
     session.run("python", "benchmarks/ray_core.py", "--microbenchmark")
     session.run("python", "benchmarks/rlhf_vs_trl.py")
     session.run("python", "benchmarks/rlhf_generation.py")
+    # Payload through the controller vs keys through TransferQueue, 1 and 2 nodes (about 5 min).
+    session.run("python", "benchmarks/data_plane.py")
+    # veRL 0.9.1's DataProto serialisation paths against reference_impl (about 1 min).
+    session.run("python", "benchmarks/dataproto_serialization.py")
 
 
 @nox.session

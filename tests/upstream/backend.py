@@ -62,6 +62,8 @@ VERL_NAMES = {
 # How long a listed block may wait on veRL before it counts as hanging (veRL's placement
 # waits without a timeout, for instance).
 HANG_S = 20
+# Any other block on veRL: a generous bound, so that a block that waits for ever fails.
+BLOCK_LIMIT_S = 120
 
 
 def verl_as_reference_impl() -> types.ModuleType:
