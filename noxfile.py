@@ -6,6 +6,8 @@
     nox -s rlhf      train PPO and GRPO on CPU to the target score; benchmark against TRL
     nox -s bench     benchmarks: ratios against raw Ray, measured in one run
     nox -s browser   the built site in headless Chromium (every page, both languages), links
+    nox -s upstream  citations of veRL 0.9.1 and Ray 2.60.0 resolve; the veRL chapter on veRL itself
+    nox -s upstream_drift   the same against the newest veRL on the package index (report only)
 
 Every session installs with the one constraints file, so versions are pinned.
 """
@@ -91,6 +93,52 @@ def browser(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, *tools, env={"PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD": "1"})
     pytest = ["pytest", "-m", "browser", "-n", "0", "--durations=5", "tests/browser"]
     session.run(*pytest, *session.posargs)
+
+
+# What `nox -s upstream` runs: the citation check, the pins of the listed differences, and
+# the single-controller chapter plus the tutorial notebook with --backend=verl.
+UPSTREAM_TESTS = ("tests/upstream", "docs/verl", "tests/test_notebooks.py", "--backend=verl")
+
+
+@nox.session
+def upstream(session: nox.Session) -> None:
+    """The handbook against its upstreams, veRL 0.9.1 and Ray 2.60.0 (tests/upstream/).
+
+    Every veRL and Ray path and symbol cited on a page (both languages) or in a
+    reference_impl docstring resolves in the installed packages; the python blocks of the
+    single-controller chapter and the tutorial notebook run a second time with
+    reference_impl's imports replaced by veRL's (--backend=verl); each block listed in the
+    chapter's table of differences must differ there, and its pin test holds against veRL.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    session.run("pytest", "--durations=5", *UPSTREAM_TESTS, *session.posargs)
+
+
+@nox.session
+def upstream_drift(session: nox.Session) -> None:
+    """Report only: the upstream checks against the newest veRL and TransferQueue on the index.
+
+    Installs both without their pins and prints which citations and blocks no longer hold
+    (pytest's summary of failures), so the next release's drift shows the day it lands.
+    The session succeeds whatever the tests find; .ci/run does not wait on it either.
+    """
+    unpinned = session.create_tmp() + "/constraints-unpinned.txt"
+    lines = Path("constraints.txt").read_text().splitlines()
+    fixtures = ("verl==", "transferqueue==")
+    kept = [line for line in lines if not line.lower().startswith(fixtures)]
+    Path(unpinned).write_text("\n".join(kept) + "\n")
+    session.install("-c", unpinned, "-e", ".[test,verl]")
+    session.install("-c", unpinned, "--upgrade", *UPSTREAM_FIXTURES)
+    session.run("python", "-c", DRIFT_VERSIONS)
+    session.run("pytest", "-q", "-rf", "--no-header", *UPSTREAM_TESTS, success_codes=[0, 1])
+
+
+DRIFT_VERSIONS = (
+    "from importlib.metadata import version; "
+    "print('drift report against verl', version('verl'), "
+    "'| TransferQueue', version('TransferQueue'), '| pinned: verl 0.9.1, TransferQueue 0.1.11')"
+)
 
 
 @nox.session

@@ -65,6 +65,7 @@ from tests.docblocks.shell import (
 from tests.upstream.backend import (
     BLOCK_LIMIT_S,
     CHAPTER,
+    CHAPTER_PAGES,
     HANG_S,
     Hung,
     listed_differences,
@@ -152,12 +153,8 @@ def check_twin(example) -> str | None:
 
 
 def runs_on_verl(path: Path) -> bool:
-    """Pages run a second time on veRL: the chapter's English pages that use reference_impl."""
-    return (
-        path.parent == CHAPTER
-        and not path.name.endswith(".zh.md")
-        and "from reference_impl import" in path.read_text(encoding="utf-8")
-    )
+    """Pages run a second time on veRL: the single-controller chapter's English pages."""
+    return path.parent == CHAPTER and path.name in CHAPTER_PAGES
 
 
 def parse_blocks(document: Document) -> Iterator[Region]:

@@ -28,8 +28,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DIFFERENCES_PAGE = REPO / "docs" / "verl" / "differences.md"
-# The pages that run on both: the single-controller chapter, and the tutorial notebook.
+# The pages that run on both: the single-controller chapter's pages that rebuild veRL's
+# layer, and the tutorial notebook. (The chapter's other pages run veRL itself already.)
 CHAPTER = REPO / "docs" / "verl"
+CHAPTER_PAGES = (
+    "index.md",
+    "workers.md",
+    "resource-pools.md",
+    "worker-groups.md",
+    "dataproto.md",
+    "colocation.md",
+)
 NOTEBOOK = REPO / "examples" / "verl_tutorial.ipynb"
 
 # reference_impl's public name -> the veRL 0.9.1 module that defines it.
