@@ -2,25 +2,41 @@
 
 A pool is described by ``process_on_nodes``, the number of processes on each
 node, e.g. ``[8, 8]`` for two nodes of eight GPUs. It reserves one placement
-group per node with one bundle per process, and hands out *slots*
+group per entry (all its bundles on one node) with one bundle per process, and
+hands out *slots*
 ``(placement group, bundle index)``; a WorkerGroup puts one Ray actor in each
 slot. Several groups placed on the same pool share its bundles: that is
 colocation, and ``max_colocate_count`` bounds how many may share one bundle.
 
 Follows ``verl/single_controller/ray/base.py`` (``RayResourcePool``,
-``merge_resource_pool``, ``SubRayResourcePool``) at veRL commit b178a3cd, with
-three deliberate differences, explained in the veRL chapter:
+``SubRayResourcePool``, ``merge_resource_pool``, ``split_resource_pool``) of
+veRL 0.9.1: the same constructor arguments, one ``STRICT_PACK`` placement group
+per entry of ``process_on_nodes`` (Ray may put two entries' groups on one node if
+it has room; they are not guaranteed distinct nodes), and
+:meth:`RayResourcePool.get_placement_groups`. Three differences are deliberate
+and explained in the veRL chapter (``docs/verl/resource-pools.md``):
 
 * **Bundles fit a laptop.** veRL asks ``{"CPU": max_colocate_count, "GPU": 1}``
-  per bundle (10 CPUs by default) and gives each actor one CPU; a 2-process CPU
-  pool then needs 20 CPUs and waits forever on a laptop. Here a bundle is
-  ``{"CPU": 1}`` (plus ``{"GPU": 1}`` with ``use_gpu``), and each of up to
-  ``max_colocate_count`` actors in it asks for ``1 / max_colocate_count`` of it.
+  per bundle (``RayResourcePool.get_placement_groups``). Its class default is
+  ``max_colocate_count=10``; the pools its trainer builds through
+  ``ResourcePoolManager`` use 3. A 2-process CPU pool at the default then needs
+  20 CPUs and waits forever on a laptop. Here a bundle is ``{"CPU": 1}`` (plus
+  ``{"GPU": 1}`` with ``use_gpu``), and each of up to ``max_colocate_count``
+  actors in it asks for ``1 / max_colocate_count`` of it. With
+  ``max_colocate_count=1`` the two bundles are the same.
 * **Placement waits with a timeout** and then raises :class:`PlacementTimeoutError`
   stating what was requested and what the cluster has. A bundle that no node
-  could ever hold fails at once, without waiting.
-* A pool is a list of slots, so merging (``merge_resource_pool``) and
-  splitting (``split_resource_pool``) are list operations.
+  could ever hold fails at once, without waiting. veRL waits on
+  ``pg.ready()`` without a timeout; its only early check,
+  ``ResourcePoolManager._check_resource_available``, compares the free GPUs of the
+  whole cluster with the total asked (``ValueError: Total available GPUs ... is
+  less than total desired GPUs ...``), not what each node has.
+* A pool is a list of slots (:meth:`RayResourcePool.slots`, ours), so merging
+  (``merge_resource_pool``) and splitting (``split_resource_pool``) are list
+  operations. veRL 0.9.1 defines ``merge_resource_pool`` but never calls it; it
+  uses ``split_resource_pool`` to give each reward-model or teacher replica its
+  bundles (``verl/experimental/reward_loop/reward_model.py``,
+  ``verl/experimental/teacher_loop/teacher_model.py``).
 
 Ray's docs: *Ray Core → Scheduling → Placement Groups*.
 """
@@ -117,6 +133,22 @@ class RayResourcePool:
         share = 1.0 / self.max_colocate_count
         return {"num_cpus": share, "num_gpus": share if self.use_gpu else 0.0}
 
+    def get_placement_groups(
+        self, strategy: str = "STRICT_PACK", name: str | None = None, device_name: str = "cuda"
+    ) -> list[PlacementGroup]:
+        """Reserve the placement groups (once); return one per entry of ``process_on_nodes``.
+
+        veRL's signature. ``name`` and ``device_name`` are accepted for it and not
+        used: the groups are named after the pool, and ``use_gpu`` decides the
+        device. For a pool made by merge or split, the groups its slots lie in.
+
+        Raises:
+            PlacementTimeoutError: as :meth:`slots`.
+        """
+        del name, device_name
+        groups = {slot.placement_group.id: slot.placement_group for slot in self.slots(strategy)}
+        return list(groups.values())
+
     def slots(self, strategy: str = "STRICT_PACK") -> list[BundleSlot]:
         """Reserve the placement groups (once) and return one slot per process, in rank order.
 
@@ -166,7 +198,7 @@ class RayResourcePool:
         free = {k: available.get(k, 0.0) for k in total}
         return (
             f"Resource pool {self.name_prefix!r}: {what}. Requested {len(self.store)} placement "
-            f"group(s) of {self.store} bundle(s), each bundle {self.bundle}, one group per "
+            f"group(s) of {self.store} bundle(s), each bundle {self.bundle}, each group on one "
             f"node; the cluster has {total} in total, {free} free."
         )
 

@@ -3,20 +3,39 @@
 A ``Worker`` is an ordinary Python class. A ``RayWorkerGroup`` turns it into a
 Ray actor class, starts one actor per slot of its resource pool, and tells
 each one who it is through environment variables set in the actor's
-``runtime_env``: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``MASTER_ADDR`` and ``MASTER_PORT``. This is the same contract as
-``torchrun``, so :meth:`Worker.init_process_group` can start torch.distributed
-from it: gloo on CPU, NCCL on GPU.
+``runtime_env``. Here they are ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``, the contract of
+``torchrun``, with ``LOCAL_RANK`` the rank's index on its node. A worker can
+therefore start torch.distributed with a plain
+``torch.distributed.init_process_group("gloo")`` (``env://``), or with
+:meth:`Worker.init_process_group`, which picks gloo on CPU and NCCL on GPU.
+
+veRL 0.9.1 sets a different set. Its group
+(``verl/single_controller/ray/base.py`` (``RayWorkerGroup._create_worker``))
+gives ``WORLD_SIZE``, ``RANK``, ``WG_PREFIX``, ``WG_BACKEND``,
+``RAY_LOCAL_WORLD_SIZE`` (processes on the node), ``MASTER_ADDR`` and
+``MASTER_PORT``; its worker (``verl/single_controller/base/worker.py``
+(``Worker.__init__``)) reads ``LOCAL_RANK`` and ``LOCAL_WORLD_SIZE`` with
+defaults "0" and "1" and writes them back into the environment. Every veRL
+rank thus sees ``LOCAL_RANK=0``, which is right on a GPU pool because Ray
+narrows ``CUDA_VISIBLE_DEVICES`` to the rank's own GPU; only when Ray is told
+not to (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) does veRL set
+``LOCAL_RANK`` to the GPU id Ray assigned. veRL's workers start torch.distributed
+themselves: ``verl/workers/engine_workers.py`` (``TrainingWorker.__init__``)
+calls ``verl/utils/distributed.py`` (``initialize_global_process_group_ray``).
 
 The master address and port are chosen once per group, by a small Ray task
 pinned to the group's first bundle (:func:`get_master_addr_port`), as veRL
-does since v0.6, and the same pair is given to every rank.
+does since v0.6 (``verl/single_controller/ray/base.py``
+(``get_master_addr_port``), which in 0.9.1 also takes a ``master_port_range``),
+and the same pair is given to every rank. :meth:`Worker.get_master_addr_port`
+returns it, as veRL's does.
 
 On a GPU pool, Ray sets ``CUDA_VISIBLE_DEVICES`` in each actor to the GPU(s)
 of its bundle, so inside a worker the assigned GPU is always ``cuda:0``.
 Colocated workers that share a bundle see the same GPU.
 
-Follows ``verl/single_controller/base/worker.py`` (veRL commit b178a3cd).
+Follows ``verl/single_controller/base/worker.py`` (``Worker``) of veRL 0.9.1.
 """
 
 from __future__ import annotations
@@ -49,9 +68,11 @@ class Worker:
 
     * ``rank`` / ``world_size``: this process's index in the group, and the
       group's size.
-    * ``local_rank`` / ``local_world_size``: the same on this node.
+    * ``local_rank`` / ``local_world_size``: the same on this node (ours:
+      veRL's ``Worker`` keeps them private, and they are 0 and 1 there).
     * ``master_addr`` / ``master_port``: where rank 0 listens for
-      torch.distributed's rendezvous.
+      torch.distributed's rendezvous; :meth:`get_master_addr_port` returns
+      both, as veRL's ``Worker.get_master_addr_port`` does.
     """
 
     def __init__(self) -> None:
@@ -95,6 +116,10 @@ class Worker:
             timeout=timedelta(seconds=timeout_s),
         )
         return backend
+
+    def get_master_addr_port(self) -> tuple[str, str]:
+        """The group's rendezvous address and port, ``(MASTER_ADDR, MASTER_PORT)``, as in veRL."""
+        return self.master_addr, self.master_port
 
     def get_node_id(self) -> str:
         """The Ray node this worker runs on."""

@@ -310,3 +310,13 @@ def test_non_tensor_data_travels(shared):
         {"x": torch.zeros(4)}, non_tensors={"text": np.array(list("abcd"), dtype=object)}
     )
     assert len(wg.count(data)) == 2
+
+
+def test_get_placement_groups_and_master_addr_port_as_in_verl(pool, shared):
+    two = pool((1, 1))
+    groups = two.get_placement_groups()
+    assert [g.bundle_specs for g in groups] == [[{"CPU": 1.0}], [{"CPU": 1.0}]]
+    assert two.get_placement_groups() == groups  # reserved once
+    ids = shared.identity()
+    pairs = ray.get([w.get_master_addr_port.remote() for w in shared.workers])
+    assert pairs == [ids[0]["master"]] * 2
