@@ -5,7 +5,7 @@ with veRL's public names, so that a snippet written against
 ``verl.single_controller`` ports by changing its imports:
 
 ==========================  ==============================================
-module                      concept (veRL file at commit b178a3cd)
+module                      concept (veRL 0.9.1 file)
 ==========================  ==============================================
 ``resource_pool``           placement groups as a pool of slots
                             (``verl/single_controller/ray/base.py``)

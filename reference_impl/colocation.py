@@ -8,13 +8,14 @@ group per role; their calls run in the same processes, one after the other.
 
 This is the first of the two ways to share a bundle. The second is separate
 processes that each take a fraction of it: two WorkerGroups on one pool with
-``max_colocate_count >= 2``. veRL uses the first for its training roles
-because the roles then share one CUDA context and one torch.distributed
-setup, and can hand tensors to each other (and swap the GPU between training
-and generation) without crossing a process boundary.
+``max_colocate_count >= 2``. veRL 0.9.1 uses the first for its training roles
+(actor, reference, critic: ``verl/trainer/ppo/v1/trainer_base.py`` (``PPOTrainer._setup``)),
+so that they share one CUDA context and one torch.distributed setup; its rollout
+engines run in separate server processes on the same GPUs and receive the
+weights over CUDA IPC each step (docs/verl/colocation.md).
 
-Follows ``create_colocated_worker_cls`` and ``RayWorkerGroup.spawn`` in
-``verl/single_controller/ray/base.py`` (veRL commit b178a3cd). veRL builds a
+Follows ``verl/single_controller/ray/base.py`` (``create_colocated_worker_cls``,
+``RayWorkerGroup.spawn``) in veRL 0.9.1. veRL builds a
 new class at run time with one prefixed method per role method; here the
 process has a single generic entry point, :meth:`ColocatedWorker.call_role`,
 and the spawned groups route their calls through it.

@@ -424,8 +424,8 @@ class DataProto:
         """Stack DataProtos row-wise; ``meta_info`` is a copy of the first one's.
 
         Raises ValueError for an empty list, for a mix of batch / no batch, and for parts
-        whose tensor or non-tensor keys differ. Follows verl/protocol.py at veRL commit
-        b178a3cd, except for meta_info: veRL merges it across parts (equal keys must agree,
+        whose tensor or non-tensor keys differ. Follows ``verl/protocol.py`` (``DataProto.concat``)
+        in veRL 0.9.1, except for meta_info: veRL merges it across parts (equal keys must agree,
         "metrics" dicts are gathered into lists); here the first part's is kept.
         """
         if not data:
