@@ -11,7 +11,7 @@ importing it fails as it would in a ported snippet.
 Each block either holds on both, or is listed in the chapter's table of differences
 (``docs/verl/differences.md``, read by ``listed_differences``): a listed block must differ on
 veRL (raise, hang past ``HANG_S``, or print something else), and each row names the test in
-``tests/upstream/test_differences.py`` that pins the difference against veRL itself.
+``tests/upstream/test_differences_*.py`` that pins the difference against veRL itself.
 """
 
 from __future__ import annotations
