@@ -48,7 +48,14 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", "--durations=15", *session.posargs)
     # Exit code 5 (nothing selected) is fine when the arguments name no shell page.
     session.run(
-        "pytest", "-m", "shell", "-n", "0", "--durations=10", *session.posargs, success_codes=[0, 5]
+        "pytest",
+        "-m",
+        "shell or alone",
+        "-n",
+        "0",
+        "--durations=10",
+        *session.posargs,
+        success_codes=[0, 5],
     )
 
 
@@ -113,6 +120,9 @@ def upstream(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "-e", ".[test,verl]")
     session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
     session.run("pytest", "--durations=5", *UPSTREAM_TESTS, *session.posargs)
+    # What needs the machine to itself (marker `alone`), one item at a time.
+    alone = ("-m", "alone", "-n", "0")
+    session.run("pytest", *alone, *UPSTREAM_TESTS, *session.posargs, success_codes=[0, 5])
 
 
 @nox.session
@@ -131,7 +141,10 @@ def upstream_drift(session: nox.Session) -> None:
     session.install("-c", unpinned, "-e", ".[test,verl]")
     session.install("-c", unpinned, "--upgrade", *UPSTREAM_FIXTURES)
     session.run("python", "-c", DRIFT_VERSIONS)
-    session.run("pytest", "-q", "-rf", "--no-header", *UPSTREAM_TESTS, success_codes=[0, 1])
+    report = ("-q", "-rf", "--no-header")
+    session.run("pytest", *report, *UPSTREAM_TESTS, success_codes=[0, 1])
+    alone = ("-m", "alone", "-n", "0")
+    session.run("pytest", *report, *alone, *UPSTREAM_TESTS, success_codes=[0, 1, 5])
 
 
 DRIFT_VERSIONS = (

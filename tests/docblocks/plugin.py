@@ -358,6 +358,11 @@ def runs_shell(page: Path) -> bool:
     return SHELL_PAGES[page]
 
 
+# Pages that need the machine to themselves: data_plane moves 512 MiB through the object
+# store and TransferQueue (about 4 GB resident at its peak). Marker `alone`: serial pass.
+ALONE_PAGES = (DOCS / "verl" / "transferqueue.md",)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # Before `-m` deselects: every item of a page with shell blocks is marked `shell`,
@@ -365,6 +370,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if isinstance(item, SybilItem) and runs_shell(Path(item.example.path)):
             item.add_marker(pytest.mark.shell)
+        elif isinstance(item, SybilItem) and Path(item.example.path) in ALONE_PAGES:
+            item.add_marker(pytest.mark.alone)
 
 
 RAY_DAEMONS = ("raylet", "gcs_server")

@@ -195,6 +195,7 @@ def test_verl_placement_groups_of_two_entries_can_share_a_node():
         remove_placement_group(pg)
 
 
+@pytest.mark.alone  # two raylets of its own: not beside other Ray sessions of the parallel pass
 def test_verl_resource_check_passes_when_no_node_can_hold_the_pool(two_nodes_of_one_gpu):
     assert ray.cluster_resources()["GPU"] == 2
     manager = ResourcePoolManager(resource_pool_spec={"global_pool": [2]}, mapping={})
