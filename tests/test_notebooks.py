@@ -19,19 +19,17 @@ the chapter's table of differences lists it.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.docblocks.evaluators import output_matches
+from tests.docblocks.evaluators import RAY_FORWARDED, output_matches
 from tests.upstream.backend import NOTEBOOK, REPO, listed_differences
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
-RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|pid=\d+|\w+ pid=\d+)\)")
 
 
 def printed(cell) -> str:

@@ -25,6 +25,11 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
 WILDCARD = "..."
+# A line Ray's driver forwards from another process: `(raylet) ...`, `(pid=123) ...`,
+# `(Actor pid=123) ...`, perhaps coloured. They arrive at unpredictable times, and
+# `ray.shutdown()` inside a block flushes them from the block's own thread, so they are
+# never part of what a block printed.
+RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|pid=\d+|\w+ pid=\d+)\)")
 
 
 @dataclass
@@ -89,8 +94,10 @@ def run_python(example) -> None:
     captured = io.StringIO()
     with redirect_stdout(MainThreadOnly(captured, sys.stdout)):
         exec(code, example.namespace)
-    block.printed = captured.getvalue()
-    sys.stdout.write(block.printed)  # visible with `pytest -s`
+    printed = captured.getvalue()
+    sys.stdout.write(printed)  # visible with `pytest -s`
+    kept = [line for line in printed.splitlines(keepends=True) if not RAY_FORWARDED.match(line)]
+    block.printed = "".join(kept)
 
 
 def run_gpu_python(example) -> None:
