@@ -226,7 +226,7 @@ SEARCHES = [
     ("en", "unpad", "api/dataproto/"),
     ("en", "firewall", "cluster/start/"),
     ("zh", "消费者", "ray-core/futures/"),
-    ("zh", "批处理", "ray-core/"),
+    ("zh", "框架", "ray-core/"),
     ("zh", "右填充", "rlhf/one-step/"),
     ("zh", "裁剪范围", "rlhf/algorithms/"),
     ("zh", "界面", "glossary/"),
