@@ -102,13 +102,8 @@ def definitions(path: Path) -> tuple[set[str], dict[str, set[str]]]:
     members: dict[str, set[str]] = {}
     is_init = path.name == "__init__.py"
     for node in tree.body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
-            top.add(node.name)
-        elif isinstance(node, ast.Assign):
-            top.update(t.id for t in node.targets if isinstance(t, ast.Name))
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            top.add(node.target.id)
-        elif is_init and isinstance(node, ast.ImportFrom | ast.Import):
+        top |= bound_names(node)
+        if is_init and isinstance(node, ast.ImportFrom | ast.Import):
             top.update((a.asname or a.name).split(".")[0] for a in node.names)
         if isinstance(node, ast.ClassDef):
             members[node.name] = class_members(node)
@@ -126,15 +121,21 @@ def definitions(path: Path) -> tuple[set[str], dict[str, set[str]]]:
     return top, members
 
 
+def bound_names(statement: ast.stmt) -> set[str]:
+    """The names a statement defines: a class, a function, or the targets of an assignment."""
+    if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return {statement.name}
+    if isinstance(statement, ast.Assign):
+        return {t.id for t in statement.targets if isinstance(t, ast.Name)}
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+        return {statement.target.id}
+    return set()
+
+
 def class_members(node: ast.ClassDef) -> set[str]:
     names: set[str] = set()
     for item in node.body:
-        if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            names.add(item.name)
-        elif isinstance(item, ast.Assign):
-            names.update(t.id for t in item.targets if isinstance(t, ast.Name))
-        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-            names.add(item.target.id)
+        names |= bound_names(item)
     for sub in ast.walk(node):  # self.name = ... in any method
         if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
             if isinstance(sub.value, ast.Name) and sub.value.id == "self":
