@@ -271,6 +271,31 @@ def test_search_finds_the_page(site, browser, search_pages, lang, query, expecte
     assert site.url(lang, expected) in found, f"search {query!r} ({lang}): top results {found}"
 
 
+# A reader pastes the message they see into the search box (troubleshooting chapter, #14):
+# the result list must lead to the entry whose heading is that message, in either language.
+PASTED_MESSAGES = [
+    (
+        "ValueError: Total available GPUs 4.0 is less than total desired GPUs 8",
+        "troubleshooting/gpus/#total-gpus",
+    ),
+    (
+        "Error: No available node types can fulfill resource request",
+        "troubleshooting/gpus/#no-node-fits",
+    ),
+]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+@pytest.mark.parametrize("message, entry", PASTED_MESSAGES)
+def test_search_for_a_pasted_message_finds_its_entry(
+    site, browser, search_pages, lang, message, entry
+):
+    hrefs = search(site, browser, search_pages, lang, message)
+    # Keep the #section (the entry), drop ?h=... (highlighting); the top five results count.
+    found = list(dict.fromkeys(re.sub(r"\?[^#]*", "", href) for href in hrefs))[:5]
+    assert site.url(lang, entry) in found, f"search {message!r} ({lang}): top results {found}"
+
+
 def test_no_broken_internal_links(site):
     """linkchecker crawls the served site from its base URL; links elsewhere are not followed."""
     linkchecker = shutil.which("linkchecker", path=str(Path(sys.executable).parent))
