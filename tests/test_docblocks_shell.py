@@ -80,6 +80,23 @@ def test_state_and_files_carry_over_like_one_terminal(pytester):
     result.assert_outcomes(passed=4)
 
 
+def test_pwd_follows_cd_from_command_to_command(pytester):
+    # The saved state holds PWD as well; a later command must still see the directory it is in.
+    result = run_page(
+        pytester,
+        """
+        ~~~console
+        $ basename "$PWD"
+        work
+        $ mkdir -p sub && cd sub
+        $ basename "$PWD"
+        sub
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
 def test_sandbox_has_its_own_home_and_ray_tmpdir(pytester, monkeypatch):
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # must not leak into the page
     result = run_page(

@@ -220,7 +220,8 @@ class Sandbox:
         """Run ``command`` in bash as the next thing typed into this terminal."""
         state, cwd = shlex.quote(str(self.root / "env")), shlex.quote(str(self.root / "cwd"))
         script = (
-            f'cd "$(cat {cwd})"\nset -a; . {state}; set +a\n'
+            # The saved variables first, then `cd`: the state holds PWD too, and `cd` must win.
+            f'set -a; . {state}; set +a\ncd "$(cat {cwd})"\n'
             + ("set -e\n" if errexit else "")
             + f"{command}\n__rc=$?\nset +e\nexport -p > {state}\npwd > {cwd}\nexit $__rc\n"
         )
