@@ -282,6 +282,10 @@ PASTED_MESSAGES = [
         "Error: No available node types can fulfill resource request",
         "troubleshooting/gpus/#no-node-fits",
     ),
+    (
+        "ConnectionError: Could not find any running Ray instance.",
+        "troubleshooting/connect/#no-running-instance",
+    ),
 ]
 
 
