@@ -140,3 +140,46 @@ def test_planned_chapters_are_marked_in_both_languages():
         for lang, page in FAQ.items()
     }
     assert planned["en"] == planned["zh"]
+
+
+QUESTION = {"en": "**Question**", "zh": "**问题**"}
+FULL_SECTION = {"en": "**Full section:**", "zh": "**完整章节：**"}
+# Dots that end no sentence: abbreviations, and whatever sits inside backticks.
+ABBREVIATION = re.compile(r"\b(?:e\.g|i\.e|vs|etc|cf|al)\.", re.I)
+SENTENCE_END = re.compile(r"[.?!](?=\s|$)|[。？！]")
+
+
+def sentence_count(text: str) -> int:
+    text = ABBREVIATION.sub("", re.sub(r"`[^`]*`", "", text))
+    return len(SENTENCE_END.findall(text.strip()))
+
+
+def verdict_problem(text: str, lang: str) -> str | None:
+    """What is wrong with the opening of one FAQ section, or None."""
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", text) if p.strip()]
+    starts = [i for i, p in enumerate(paragraphs) if p.startswith(QUESTION[lang])]
+    if len(starts) != 1 or starts[0] + 1 >= len(paragraphs):
+        return f"no single {QUESTION[lang]} paragraph followed by an answer"
+    verdict = paragraphs[starts[0] + 1]
+    if not (verdict.startswith("**") and verdict.endswith("**") and verdict.count("**") == 2):
+        return f"the answer does not open with one bold verdict: {verdict[:60]!r}"
+    if (n := sentence_count(verdict[2:-2])) > 2:
+        return f"the verdict has {n} sentences"
+    rest = text.split(verdict, 1)[1]
+    if FULL_SECTION[lang] not in rest:
+        return f"no {FULL_SECTION[lang]} line after the verdict"
+    bullets = re.findall(r"^- ", rest.split(FULL_SECTION[lang], 1)[0], flags=re.M)
+    if len(bullets) < 3:
+        return f"{len(bullets)} bullets between the verdict and {FULL_SECTION[lang]}"
+    return None
+
+
+@pytest.mark.parametrize("lang", FAQ)
+def test_every_answer_starts_with_a_bold_verdict(lang):
+    """A reader sees the answer first: one bold verdict, then the facts as bullets."""
+    problems = [
+        f"{anchor}: {problem}"
+        for anchor, text in sections(FAQ[lang]).items()
+        if (problem := verdict_problem(text, lang))
+    ]
+    assert not problems, f"{FAQ[lang].name}: {len(problems)} answers fail:\n" + "\n".join(problems)
