@@ -12,22 +12,69 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from dataclasses import fields
 
-from reference_impl.rlhf.config import ConfigError, RLHFConfig, make_config
+from reference_impl.rlhf.config import DEFAULTS, ConfigError, RLHFConfig, make_config
+from reference_impl.rlhf.model import PRESETS
 
 
 def parse_value(name: str, text: str):
+    """``text`` converted to the type of the config field ``name``.
+
+    Raises:
+        ConfigError: ``text`` is not a value of that type; the message names ``name``.
+    """
     kind = {f.name: f.type for f in fields(RLHFConfig)}.get(name)
     if kind == "bool":
         if text.lower() not in ("true", "false", "1", "0"):
-            raise ConfigError(f"{name} takes true or false, got {text!r}")
+            raise ConfigError(f"--set {name}= takes true or false, got {text!r}")
         return text.lower() in ("true", "1")
-    if kind == "int":
-        return int(text)
-    if kind == "float":
-        return float(text)
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+    except ValueError:
+        wanted = "an integer" if kind == "int" else "a number"
+        raise ConfigError(f"--set {name}= takes {wanted}, got {text!r}") from None
     return text
+
+
+def parse_set(items: list[str]) -> dict:
+    """``--set NAME=VALUE`` items as ``{name: value}``.
+
+    Raises:
+        ConfigError: an item without ``=``, or one that sets ``algo`` or ``preset``
+            (those have their own options, which check their values).
+    """
+    overrides = {}
+    for item in items:
+        name, equals, value = item.partition("=")
+        if not equals or not name:
+            raise ConfigError(f"--set takes NAME=VALUE, got {item!r}")
+        if name in ("algo", "preset"):
+            choices = "|".join(sorted(DEFAULTS if name == "algo" else PRESETS))
+            raise ConfigError(f"--set {name}= is not accepted; use --{name} {{{choices}}}")
+        overrides[name] = parse_value(name, value)
+    return overrides
+
+
+def check_output_dir(path: str) -> None:
+    """Make ``path`` and check that a file can be written in it, before Ray starts.
+
+    Raises:
+        ConfigError: the directory cannot be made or written; the message names it.
+    """
+    try:
+        os.makedirs(path, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as err:
+        raise ConfigError(
+            f"--output-dir {path} cannot be written ({err.strerror or err}); "
+            "pass a directory you can write to"
+        ) from err
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,11 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
     try:
-        for item in args.set:
-            name, _, value = item.partition("=")
-            overrides[name] = parse_value(name, value)
+        overrides.update(parse_set(args.set))
         config = make_config(args.algo, args.preset, **overrides)
-    except (ConfigError, ValueError) as error:
+        check_output_dir(config.output_dir)
+    except ConfigError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
@@ -63,13 +109,20 @@ def main(argv: list[str] | None = None) -> int:
 
     from reference_impl.rlhf.trainer import RLHFTrainer
 
+    trainer = RLHFTrainer(config)
+    if config.resume:
+        # Checked before Ray starts, so that a directory that cannot be resumed costs nothing.
+        try:
+            trainer.resume_step()
+        except (ConfigError, RuntimeError, ValueError) as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     if not ray.is_initialized():
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
         else:
             # Logical CPUs: a CPU run wants one per worker process, even on a 2-core laptop.
             ray.init(num_cpus=max(os.cpu_count() or 1, config.num_processes))
-    trainer = RLHFTrainer(config)
     try:
         trainer.init_workers()
         history = trainer.fit(progress=not args.no_progress)

@@ -146,6 +146,20 @@ DEFAULTS = {
         "use_kl_in_reward": True,
     },
 }
+# Integer knobs and their smallest sensible value; checked before anything divides by them.
+MINIMUMS = {
+    "num_digits": 1,
+    "train_batch_size": 1,
+    "n": 1,
+    "total_steps": 1,
+    "max_new_tokens": 1,
+    "ppo_mini_batch_size": 1,
+    "ppo_epochs": 1,
+    "warmup_steps": 0,
+    "world_size": 1,
+    "nnodes": 1,
+    "save_freq": 0,  # 0: never save
+}
 GPU_PRESET = {"warmup_lr": 1e-3, "actor_lr": 1e-5, "critic_lr": 1e-5, "world_size": 1}
 
 
@@ -179,6 +193,14 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
     Raises:
         ConfigError: the configuration cannot run; the message names the knob to change.
     """
+    for name, lowest in MINIMUMS.items():
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+            raise ConfigError(f"{name} must be an integer >= {lowest}, got {value!r}")
+    if not config.temperature > 0:
+        raise ConfigError(f"temperature must be > 0, got {config.temperature}")
+    if not 0 < config.top_p <= 1:
+        raise ConfigError(f"top_p must be in (0, 1], got {config.top_p}")
     if config.algo == "grpo" and config.n < 2:
         raise ConfigError("GRPO normalises within groups of n responses per prompt: set n >= 2")
     if config.world_size < 1:

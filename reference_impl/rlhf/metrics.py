@@ -104,8 +104,25 @@ class MetricsLog:
 
 
 def read_metrics(path: str) -> list[dict]:
+    """The rows of a ``metrics.jsonl``, in order.
+
+    Raises:
+        ValueError: a line is not JSON (often the last one, cut short by a killed run);
+            the message names the file and the line.
+    """
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{path}, line {number}, is not JSON ({err}): {line[:60]!r}. A run killed "
+                    "while writing leaves a partial last line; delete that line and resume again"
+                ) from err
+    return rows
 
 
 def plot_reward_curve(path: str, out_png: str, title: str) -> None:

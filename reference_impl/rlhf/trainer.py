@@ -41,8 +41,8 @@ from reference_impl.colocation import create_colocated_worker_cls
 from reference_impl.data_proto import DataProto
 from reference_impl.resource_pool import RayResourcePool
 from reference_impl.rlhf import core_algos
-from reference_impl.rlhf.config import RLHFConfig, check
-from reference_impl.rlhf.metrics import MetricsLog, plot_reward_curve, train_flops
+from reference_impl.rlhf.config import ConfigError, RLHFConfig, check
+from reference_impl.rlhf.metrics import MetricsLog, plot_reward_curve, read_metrics, train_flops
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.rlhf.workers import ActorRolloutRefWorker, CriticWorker
@@ -248,26 +248,106 @@ class RLHFTrainer:
         self.actor_rollout_wg.save_checkpoint(os.path.join(path, "actor"))
         if self.critic_wg is not None:
             self.critic_wg.save_checkpoint(os.path.join(path, "critic"))
-        torch.save(
-            {"step": step, "data_rng": self.data_rng.get_state()}, os.path.join(path, "driver.pt")
-        )
+        # The algorithm is saved so that a resume with the other one is refused by name.
+        driver = {"step": step, "algo": self.config.algo, "data_rng": self.data_rng.get_state()}
+        torch.save(driver, os.path.join(path, "driver.pt"))
         # Written last: a checkpoint counts only once it is complete (veRL's file name).
         with open(os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt"), "w") as f:
             f.write(str(step))
 
     def latest_checkpoint(self) -> int | None:
+        """The step named by ``checkpoints/latest_checkpointed_iteration.txt``, or None.
+
+        Raises:
+            RuntimeError: the pointer file does not hold a step number.
+        """
         pointer = os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt")
         if not os.path.exists(pointer):
             return None
         with open(pointer) as f:
-            return int(f.read().strip())
+            text = f.read().strip()
+        if not text.isdigit():
+            raise RuntimeError(
+                f"cannot resume: {pointer} should hold the step of the last complete checkpoint "
+                f"but holds {text[:40]!r}; write the N of an existing "
+                f"{self.checkpoint_dir}/global_step_N into it, or start without --resume"
+            )
+        return int(text)
+
+    def resume_step(self) -> int | None:
+        """The step ``--resume`` continues from, checked on the driver before any worker loads.
+
+        Returns None when the output directory holds no earlier run (nothing to resume:
+        the run starts from scratch).
+
+        Raises:
+            ConfigError: the directory has ``metrics.jsonl`` but no checkpoint (starting
+                over would overwrite those metrics), or the checkpoint was written by the
+                other algorithm.
+            RuntimeError: the pointer, the step's directory or its ``driver.pt`` is
+                missing or damaged; the message names the file.
+            ValueError: a line of ``metrics.jsonl`` is not JSON; the message names it.
+        """
+        c = self.config
+        step = self.latest_checkpoint()
+        if step is None:
+            metrics = os.path.join(c.output_dir, "metrics.jsonl")
+            if os.path.exists(metrics):
+                # Refuse rather than start over: a fresh run would replace metrics.jsonl.
+                raise ConfigError(
+                    f"--resume: {c.output_dir} holds {metrics} but no checkpoint "
+                    f"({self.checkpoint_dir}/latest_checkpointed_iteration.txt is missing; "
+                    "save_freq=0, the default, writes none), so there is nothing to resume "
+                    "from. Start without --resume in a new --output-dir, or pass "
+                    "--save-freq N so that the next run writes checkpoints; metrics.jsonl "
+                    "was left as it is"
+                )
+            return None
+        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
+        driver_file = os.path.join(path, "driver.pt")
+        if not os.path.exists(driver_file):
+            raise RuntimeError(
+                f"cannot resume from step {step}: {driver_file} does not exist (the pointer "
+                f"names a checkpoint that is missing or incomplete); write the N of a "
+                f"complete global_step_N into latest_checkpointed_iteration.txt"
+            )
+        driver = self._load_driver(driver_file)
+        # Checkpoints from before the algorithm was saved: only PPO writes a critic.
+        has_critic = os.path.isdir(os.path.join(path, "critic"))
+        saved_algo = driver.get("algo") or ("ppo" if has_critic else "grpo")
+        if saved_algo != c.algo:
+            raise ConfigError(
+                f"checkpoint at step {step} ({path}) was written by {saved_algo}, this run is "
+                f"{c.algo}; resume with --algo {saved_algo}, or start without --resume in a "
+                "new --output-dir"
+            )
+        metrics = os.path.join(c.output_dir, "metrics.jsonl")
+        if os.path.exists(metrics):
+            read_metrics(metrics)  # a damaged line fails here, before any worker loads
+        return step
+
+    def _load_driver(self, driver_file: str) -> dict:
+        try:
+            return torch.load(driver_file, weights_only=True)
+        except Exception as err:  # torch raises several types for a damaged file
+            raise RuntimeError(
+                f"cannot load checkpoint {driver_file}: {err}; the file is damaged (a run "
+                "killed while saving?). Write the N of an earlier complete global_step_N into "
+                "latest_checkpointed_iteration.txt, or start without --resume"
+            ) from err
 
     def load_checkpoint(self, step: int) -> None:
+        """Load ``checkpoints/global_step_{step}/`` into the workers and the driver.
+
+        Raises:
+            RuntimeError: a file of the checkpoint cannot be read (the message names it;
+                a worker's error also names its rank).
+        """
         path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
         self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
         if self.critic_wg is not None:
             self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-        driver = torch.load(os.path.join(path, "driver.pt"), weights_only=True)
+        driver = self._load_driver(os.path.join(path, "driver.pt"))
         self.data_rng.set_state(driver["data_rng"])
 
     # --- the loop -----------------------------------------------------------------
@@ -276,9 +356,14 @@ class RLHFTrainer:
         """Warm up (or resume), then run RL steps until ``total_steps`` or the target score.
 
         Returns the metrics of the steps run in this call (also in ``metrics.jsonl``).
+
+        Raises:
+            ConfigError, RuntimeError: ``resume`` is set and the output directory cannot
+                be resumed from (see :meth:`resume_step`); nothing in it is changed then.
+            ValueError: a line of ``metrics.jsonl`` is not JSON (the message names the line).
         """
         c = self.config
-        start_step = self.latest_checkpoint() if c.resume else None
+        start_step = self.resume_step() if c.resume else None
         log = MetricsLog(c.output_dir, c.tensorboard, resume_step=start_step)
         if start_step is not None:
             self.load_checkpoint(start_step)

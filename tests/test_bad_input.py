@@ -1,0 +1,163 @@
+"""Bad input gets a clear error: each test pins that the message names what was wrong.
+
+The CLI and resume cases need no Ray; the pool, group and worker cases share one local
+Ray instance (``cluster``, started once for the module). Every test has a hard timeout,
+so that a check that would wait (a pool that never fits) fails instead of hanging.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import ray
+import torch
+
+from reference_impl import (
+    DataProto,
+    RayClassWithInitArgs,
+    RayResourcePool,
+    RayWorkerGroup,
+    Worker,
+    register,
+)
+from reference_impl.decorator import Dispatch
+from reference_impl.rlhf.__main__ import main
+from reference_impl.rlhf.config import ConfigError, make_config
+from reference_impl.rlhf.trainer import RLHFTrainer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray.init(num_cpus=4, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+class Doubler(Worker):
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def double(self, data: DataProto) -> DataProto:
+        return DataProto.from_dict({"y": data.batch["x"] * 2})
+
+    @register(Dispatch.ONE_TO_ALL)
+    def fail_on_rank_one(self):
+        if self.rank == 1:
+            raise ValueError("rank one refuses")
+        return self.rank
+
+
+@pytest.fixture(scope="module")
+def doublers(cluster):
+    pool = RayResourcePool([2], use_gpu=False, max_colocate_count=1)
+    yield RayWorkerGroup(pool, RayClassWithInitArgs(ray.remote(Doubler)))
+    pool.release()
+
+
+def rows(n: int) -> DataProto:
+    return DataProto.from_dict({"x": torch.arange(n, dtype=torch.float32)})
+
+
+# --- the CLI (no Ray: every case fails before it starts) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--total-steps", "-3"], r"total_steps must be an integer >= 1, got -3"),
+        (["--world-size", "0"], r"world_size must be an integer >= 1, got 0"),
+        (["--nnodes", "0"], r"nnodes must be an integer >= 1, got 0"),
+        (["--save-freq", "-1"], r"save_freq must be an integer >= 0, got -1"),
+        (["--set", "preset=tpu"], r"--set preset= is not accepted; use --preset \{cpu\|gpu\}"),
+        (["--set", "algo=dpo"], r"use --algo \{grpo\|ppo\}"),
+        (["--set", "n=abc"], r"--set n= takes an integer, got 'abc'"),
+        (["--set", "top_p=high"], r"--set top_p= takes a number, got 'high'"),
+        (["--set", "top_p=2"], r"top_p must be in \(0, 1\], got 2.0"),
+        (["--set", "n"], r"--set takes NAME=VALUE, got 'n'"),
+        (["--set", "nn=3"], r"unknown option\(s\) \['nn'\]"),
+    ],
+)
+def test_cli_refuses_an_impossible_value_and_names_it(args, named, tmp_path, capsys):
+    assert main([*args, "--output-dir", str(tmp_path / "run")]) == 2
+    assert re.search(named, capsys.readouterr().err)
+
+
+def test_cli_names_an_output_dir_it_cannot_write(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a directory")
+    assert main(["--output-dir", str(blocker / "run")]) == 2
+    err = capsys.readouterr().err
+    assert f"--output-dir {blocker / 'run'} cannot be written" in err
+
+
+# --- resume -----------------------------------------------------------------------------------
+
+
+def write_metrics(run, lines: list[str]) -> str:
+    path = run / "metrics.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    return path.read_text()
+
+
+def write_checkpoint(run, step: int, algo: str = "grpo", driver: bytes | None = None) -> None:
+    """A pointer and a driver.pt as save_checkpoint writes them (no worker shards)."""
+    path = run / "checkpoints" / f"global_step_{step}"
+    path.mkdir(parents=True)
+    state = {"step": step, "algo": algo, "data_rng": torch.Generator().get_state()}
+    torch.save(state, path / "driver.pt")
+    if driver is not None:
+        (path / "driver.pt").write_bytes(driver)
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text(str(step))
+
+
+def resume(run, algo: str = "grpo") -> None:
+    config = make_config(algo, output_dir=str(run), resume=True, tensorboard=False)
+    RLHFTrainer(config).fit(progress=False)  # fails before it touches a worker
+
+
+def test_resume_without_a_checkpoint_refuses_and_keeps_the_metrics(tmp_path, capsys):
+    before = write_metrics(tmp_path, ['{"step": 0, "loss": 1.0}', '{"step": 1, "loss": 0.5}'])
+    assert main(["--resume", "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"--resume: {tmp_path} holds" in err and "no checkpoint" in err
+    assert "--save-freq" in err and "new --output-dir" in err
+    with pytest.raises(ConfigError, match="nothing to resume from"):
+        resume(tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == before  # not a byte lost
+
+
+def test_resume_names_a_pointer_that_holds_no_step(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("global_step_3")
+    with pytest.raises(RuntimeError, match=r"latest_checkpointed_iteration.txt should hold"):
+        resume(tmp_path)
+
+
+def test_resume_names_a_step_whose_checkpoint_is_missing(tmp_path):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("7")
+    with pytest.raises(RuntimeError, match=r"cannot resume from step 7: .*global_step_7"):
+        resume(tmp_path)
+
+
+def test_resume_names_a_truncated_driver_file(tmp_path):
+    write_checkpoint(tmp_path, 3)
+    driver = tmp_path / "checkpoints" / "global_step_3" / "driver.pt"
+    driver.write_bytes(driver.read_bytes()[:100])
+    with pytest.raises(RuntimeError, match=rf"cannot load checkpoint {driver}: "):
+        resume(tmp_path)
+
+
+def test_resume_refuses_a_checkpoint_of_the_other_algorithm(tmp_path):
+    write_checkpoint(tmp_path, 3, algo="grpo")
+    with pytest.raises(ConfigError, match="checkpoint at step 3 .* was written by grpo, this run"):
+        resume(tmp_path, algo="ppo")
+
+
+def test_resume_names_a_half_written_metrics_line(tmp_path):
+    write_checkpoint(tmp_path, 1)
+    before = write_metrics(tmp_path, ['{"step": 0, "loss": 1.0}', '{"step": 1, "lo'])
+    with pytest.raises(ValueError, match=r"metrics.jsonl, line 2, is not JSON"):
+        resume(tmp_path)
+    assert (tmp_path / "metrics.jsonl").read_text() == before
