@@ -25,8 +25,9 @@ and explained in the veRL chapter (``docs/verl/resource-pools.md``):
   actors in it asks for ``1 / max_colocate_count`` of it. With
   ``max_colocate_count=1`` the two bundles are the same.
 * **Placement waits with a timeout** and then raises :class:`PlacementTimeoutError`
-  stating what was requested and what the cluster has. A bundle that no node
-  could ever hold fails at once, without waiting. veRL waits on
+  stating what was requested and what the cluster has. A bundle, or the bundles
+  of one ``STRICT_PACK`` group together, that no node could ever hold fail at
+  once, without waiting. veRL waits on
   ``pg.ready()`` without a timeout; its only early check,
   ``ResourcePoolManager._check_resource_available``, compares the free GPUs of the
   whole cluster with the total asked (``ValueError: Total available GPUs ... is
@@ -70,9 +71,10 @@ class BundleSlot:
     bundle_index: int
 
 
-def _fits_on_some_node(bundle: dict[str, float]) -> bool:
+def _fits_on_some_node(resources: dict[str, float]) -> bool:
+    """True if some live node has at least ``resources`` in all (free now or not)."""
     return any(
-        node["Alive"] and all(node["Resources"].get(k, 0.0) >= v for k, v in bundle.items())
+        node["Alive"] and all(node["Resources"].get(k, 0.0) >= v for k, v in resources.items())
         for node in ray.nodes()
     )
 
@@ -93,7 +95,10 @@ class RayResourcePool:
             placement groups before raising.
 
     Raises:
-        ValueError: for an empty or non-positive ``process_on_nodes``.
+        TypeError: ``process_on_nodes`` is not a list of ints (veRL accepts anything
+            here and fails later, when it places the pool).
+        ValueError: ``process_on_nodes`` is empty or holds a count below 1, or
+            ``max_colocate_count`` is below 1.
     """
 
     def __init__(
@@ -105,9 +110,22 @@ class RayResourcePool:
         detached: bool = False,
         placement_timeout_s: float = 60.0,
     ) -> None:
-        store = list(process_on_nodes) if process_on_nodes is not None else [1]
-        if not store or any(int(n) != n or n < 1 for n in store):
-            raise ValueError(f"process_on_nodes must be positive integers, got {store}")
+        store = [1] if process_on_nodes is None else process_on_nodes
+        # Checked here, so that a wrong value is named now and not as a TypeError from
+        # deep inside placement (bool is an int to Python, but never a process count).
+        if not isinstance(store, (list, tuple)) or not all(
+            isinstance(n, int) and not isinstance(n, bool) for n in store
+        ):
+            raise TypeError(
+                "process_on_nodes must be a list of positive ints, one process count per "
+                f"node (e.g. [2] or [8, 8]), got {store!r}"
+            )
+        if not store or any(n < 1 for n in store):
+            raise ValueError(
+                "process_on_nodes must be a non-empty list of positive ints, one process "
+                f"count per node (e.g. [2] or [8, 8]), got {store!r}"
+            )
+        store = list(store)
         if max_colocate_count < 1:
             raise ValueError(f"max_colocate_count must be >= 1, got {max_colocate_count}")
         self.store = store
@@ -153,7 +171,8 @@ class RayResourcePool:
         """Reserve the placement groups (once) and return one slot per process, in rank order.
 
         Raises:
-            PlacementTimeoutError: a bundle fits no node, or the groups were not
+            PlacementTimeoutError: a bundle, or (``STRICT_PACK``) the bundles of one
+                entry of ``process_on_nodes`` together, fit no node; or the groups were not
                 granted within ``placement_timeout_s``.
         """
         if self._slots is None:
@@ -167,6 +186,19 @@ class RayResourcePool:
                 + " Start the pool with use_gpu=False on a machine without GPUs, or add a node "
                 "that has these resources."
             )
+        if strategy == "STRICT_PACK":
+            # STRICT_PACK puts all bundles of a group on one node, so the node must hold
+            # count x bundle; checking one bundle alone would wait out the whole timeout.
+            largest = max(self.store)
+            group = {k: v * largest for k, v in self.bundle.items()}
+            if not _fits_on_some_node(group):
+                raise PlacementTimeoutError(
+                    self._describe(
+                        f"no node can ever hold a group of {largest} bundles, {group} on one node"
+                    )
+                    + " Ask for at most one node's resources in each entry of "
+                    "process_on_nodes, or add a node that large."
+                )
         lifetime = "detached" if self.detached else None
         pgs = [
             placement_group(

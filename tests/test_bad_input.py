@@ -8,17 +8,23 @@ so that a check that would wait (a pool that never fits) fails instead of hangin
 from __future__ import annotations
 
 import re
+import time
 
+import numpy as np
 import pytest
 import ray
 import torch
 
 from reference_impl import (
+    BatchSplitError,
     DataProto,
+    DispatchError,
+    PlacementTimeoutError,
     RayClassWithInitArgs,
     RayResourcePool,
     RayWorkerGroup,
     Worker,
+    WorkerGroupError,
     register,
 )
 from reference_impl.decorator import Dispatch
@@ -161,3 +167,73 @@ def test_resume_names_a_half_written_metrics_line(tmp_path):
     with pytest.raises(ValueError, match=r"metrics.jsonl, line 2, is not JSON"):
         resume(tmp_path)
     assert (tmp_path / "metrics.jsonl").read_text() == before
+
+
+# --- resource pools ---------------------------------------------------------------------------
+
+
+def test_a_strict_pack_group_larger_than_any_node_fails_at_once(cluster):
+    start = time.monotonic()
+    with pytest.raises(PlacementTimeoutError, match=r"no node can ever hold a group of 64 bundles"):
+        RayResourcePool([64], use_gpu=False, max_colocate_count=1).slots()
+    assert time.monotonic() - start < 10  # not the 60 s placement timeout
+
+
+@pytest.mark.parametrize(
+    "bad, error",
+    [(4, TypeError), ([2.0], TypeError), ([True], TypeError), ([0], ValueError), ([], ValueError)],
+)
+def test_process_on_nodes_must_be_a_list_of_positive_ints(bad, error):
+    with pytest.raises(error, match=r"process_on_nodes must be a (non-empty )?list of positive"):
+        RayResourcePool(bad, use_gpu=False)
+
+
+# --- worker groups ----------------------------------------------------------------------------
+
+
+def test_an_unknown_dispatch_mode_is_named_at_decoration():
+    with pytest.raises(DispatchError, match=r"unknown dispatch mode.*DP_COMPUTE_PROTOO"):
+        register("DP_COMPUTE_PROTOO")
+
+
+def test_a_batch_that_does_not_divide_by_the_world_size_names_both(doublers):
+    with pytest.raises(BatchSplitError, match=r"batch of 5 does not split"):
+        doublers.double(rows(5))
+
+
+def test_a_plain_list_where_a_batch_is_expected_is_named(doublers):
+    with pytest.raises(DispatchError, match=r"splits DataProto arguments only, but argument 0"):
+        doublers.double([1.0, 2.0])
+
+
+def test_a_worker_method_that_raises_names_the_rank_and_method(doublers):
+    with pytest.raises(WorkerGroupError, match=r"rank 1 .*fail_on_rank_one\(\) raised ValueError"):
+        doublers.fail_on_rank_one()
+
+
+# --- DataProto --------------------------------------------------------------------------------
+
+
+def test_concat_of_parts_with_different_keys_names_the_keys():
+    a = DataProto.from_dict(non_tensors={"uid": np.array(["a"], dtype=object)})
+    b = DataProto.from_dict(non_tensors={"label": np.array(["b"], dtype=object)})
+    with pytest.raises(ValueError, match=r"non_tensor_batch keys differ: \['uid'\] vs \['label'\]"):
+        DataProto.concat([a, b])
+
+
+def test_chunk_into_zero_parts_names_chunks():
+    with pytest.raises(ValueError, match=r"chunks must be >= 1, got 0"):
+        rows(4).chunk(0)
+
+
+def test_an_index_out_of_range_names_the_index_and_size():
+    with pytest.raises(IndexError, match=r"index 7 is out of bounds for dimension 0 with size 4"):
+        rows(4)[7]
+
+
+def test_non_tensor_data_of_the_wrong_length_names_the_key():
+    named = r"non_tensor_batch\['uid'\] has length 3 but the batch size is 4"
+    with pytest.raises(ValueError, match=named):
+        DataProto.from_dict(
+            {"x": torch.zeros(4)}, non_tensors={"uid": np.array(["a", "b", "c"], dtype=object)}
+        )

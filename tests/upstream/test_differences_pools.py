@@ -205,3 +205,17 @@ def test_verl_resource_check_passes_when_no_node_can_hold_the_pool(two_nodes_of_
         with time_limit(WAIT_S):
             pool.get_placement_groups()
     remove_pending("global_pool", [2])
+
+
+def test_verl_pool_checks_process_on_nodes_only_when_placing():
+    """resource-pools.md block 11: any process_on_nodes is stored; placing it fails."""
+    # Made without a word; each fails at placement, and no message names process_on_nodes.
+    failures = [
+        (4, TypeError, r"^'int' object is not iterable$"),
+        ([2.0], TypeError, r"^'float' object cannot be interpreted as an integer$"),
+        ([0], ValueError, r"^Bundles must be a non-empty list"),
+    ]
+    for bad, error, message in failures:
+        pool = RayResourcePool(bad, use_gpu=False, max_colocate_count=1, name_prefix="pin_bad_")
+        with pytest.raises(error, match=message):
+            pool.get_placement_groups()
