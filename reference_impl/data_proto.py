@@ -50,6 +50,25 @@ AUTO_PADDING_KEY = "_verl_auto_padding"
 AUTO_PADDING_ENV = "VERL_AUTO_PADDING"
 
 
+def _check_same_dtypes(parts: list) -> None:
+    """Raise TypeError if a tensor's dtype differs between ``parts`` (DataProtos with a batch).
+
+    ``torch.cat`` would promote the mixed parts to one dtype, and int64 ids promoted to
+    float32 are rounded above 2**24: data lost without a word.
+    """
+    for key in parts[0].batch.keys():
+        first = parts[0].batch[key].dtype
+        for index, part in enumerate(parts[1:], start=1):
+            if key in part.batch.keys() and part.batch[key].dtype != first:
+                other = part.batch[key].dtype
+                raise TypeError(
+                    f"DataProto.concat: {key!r} is {first} in part 0 but {other} in part "
+                    f"{index}; torch.cat would turn both into {torch.promote_types(first, other)}"
+                    f" and could round the values. Convert the parts to one dtype first, e.g. "
+                    f"part.batch[{key!r}] = part.batch[{key!r}].to({first})"
+                )
+
+
 class BatchSplitError(ValueError):
     """A batch cannot be cut into equal parts (raised by ``DataProto.chunk``)."""
 
@@ -424,16 +443,22 @@ class DataProto:
         """Stack DataProtos row-wise; ``meta_info`` is a copy of the first one's.
 
         Raises ValueError for an empty list, for a mix of batch / no batch, and for parts
-        whose tensor or non-tensor keys differ. Follows ``verl/protocol.py`` (``DataProto.concat``)
-        in veRL 0.9.1, except for meta_info: veRL merges it across parts (equal keys must agree,
-        "metrics" dicts are gathered into lists); here the first part's is kept.
+        whose tensor or non-tensor keys differ; TypeError for a tensor whose dtype differs
+        between parts (veRL promotes it silently: int64 ids concatenated with a float32 part
+        become float32 and lose their low digits above 2**24). Follows ``verl/protocol.py``
+        (``DataProto.concat``) in veRL 0.9.1, except for the dtype check and meta_info:
+        veRL merges it across parts (equal keys must agree, "metrics" dicts are gathered
+        into lists); here the first part's is kept.
         """
         if not data:
             raise ValueError("DataProto.concat needs at least one DataProto, got an empty list")
         has_batch = [d.batch is not None for d in data]
         if any(has_batch) and not all(has_batch):
             raise ValueError("cannot concat DataProtos with a batch and DataProtos without one")
-        batch = torch.cat([d.batch for d in data], dim=0) if all(has_batch) else None
+        batch = None
+        if all(has_batch):
+            _check_same_dtypes(data)
+            batch = torch.cat([d.batch for d in data], dim=0)
         keys = set(data[0].non_tensor_batch)
         for d in data[1:]:
             if set(d.non_tensor_batch) != keys:

@@ -237,3 +237,11 @@ def test_non_tensor_data_of_the_wrong_length_names_the_key():
         DataProto.from_dict(
             {"x": torch.zeros(4)}, non_tensors={"uid": np.array(["a", "b", "c"], dtype=object)}
         )
+
+
+def test_concat_of_int64_and_float32_parts_names_the_key_and_dtypes():
+    ids = DataProto.from_dict({"input_ids": torch.tensor([2**24 + 1])})
+    scores = DataProto.from_dict({"input_ids": torch.tensor([0.5])})
+    named = r"'input_ids' is torch.int64 in part 0 but torch.float32 in part 1"
+    with pytest.raises(TypeError, match=named):
+        DataProto.concat([ids, scores])

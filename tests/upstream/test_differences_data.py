@@ -46,3 +46,12 @@ def test_verl_dataproto_pickles_in_band_by_default(monkeypatch):
     monkeypatch.setenv("VERL_DATAPROTO_SERIALIZATION_METHOD", "numpy")
     in_band, out_of_band = _pickled_bytes(data)
     assert out_of_band == payload and in_band < payload // 10
+
+
+def test_verl_concat_promotes_mixed_dtypes_and_rounds_ids():
+    """dataproto.md block 10: int64 ids concatenated with a float32 part become float32."""
+    ids = protocol.DataProto.from_dict({"input_ids": torch.tensor([2**24 + 1])})
+    scores = protocol.DataProto.from_dict({"input_ids": torch.tensor([0.5])})
+    joined = protocol.DataProto.concat([ids, scores]).batch["input_ids"]
+    assert joined.dtype == torch.float32
+    assert int(joined[0]) == 2**24  # the id 2**24 + 1, rounded without an error
