@@ -245,3 +245,20 @@ def test_concat_of_int64_and_float32_parts_names_the_key_and_dtypes():
     named = r"'input_ids' is torch.int64 in part 0 but torch.float32 in part 1"
     with pytest.raises(TypeError, match=named):
         DataProto.concat([ids, scores])
+
+
+def test_resume_names_a_truncated_checkpoint_shard_and_the_rank(cluster, tmp_path):
+    config = make_config("grpo", world_size=1, output_dir=str(tmp_path), tensorboard=False)
+    trainer = RLHFTrainer(config)
+    try:
+        trainer.init_workers()
+        trainer.save_checkpoint(1)
+        actor = tmp_path / "checkpoints" / "global_step_1" / "actor"
+        for shard in actor.glob("*.distcp"):
+            shard.write_bytes(shard.read_bytes()[:64])
+        with pytest.raises(WorkerGroupError) as failure:
+            trainer.load_checkpoint(1)
+    finally:
+        trainer.shutdown()
+    assert f"cannot load checkpoint {actor} on rank 0" in str(failure.value)
+    assert "load_checkpoint()" in str(failure.value)

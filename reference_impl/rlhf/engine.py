@@ -109,9 +109,24 @@ def save(path: str, models: dict, optimizers: dict, rng: dict) -> None:
 
 
 def load(path: str, models: dict, optimizers: dict, rng: dict) -> None:
-    """Load what :func:`save` wrote into the same (already sharded) models and optimisers."""
+    """Load what :func:`save` wrote into the same (already sharded) models and optimisers.
+
+    Raises:
+        RuntimeError: a shard or this rank's RNG file is missing or damaged; the message
+            names ``path`` and the rank.
+    """
     state = _sharded_state(models, optimizers)
-    dcp.load(state, checkpoint_id=path)  # fills the tensors of ``state`` in place
+    rank = dist.get_rank()
+    try:
+        dcp.load(state, checkpoint_id=path)  # fills the tensors of ``state`` in place
+    # dcp gathers the ranks' read errors into a CheckpointException, a BaseException, so
+    # that ``except Exception`` alone would let it through unnamed.
+    except (Exception, dcp.CheckpointException) as err:
+        raise RuntimeError(
+            f"cannot load checkpoint {path} on rank {rank}: {err}; a shard is missing or "
+            "damaged (a run killed while saving?). Point latest_checkpointed_iteration.txt "
+            "at an earlier complete global_step_N, or start without --resume"
+        ) from err
     for name, model in models.items():
         if name in optimizers:
             set_state_dict(
@@ -122,7 +137,15 @@ def load(path: str, models: dict, optimizers: dict, rng: dict) -> None:
             )
         else:
             set_model_state_dict(model, state[name]["model"])
-    rank_rng = torch.load(os.path.join(path, f"rng_rank{dist.get_rank()}.pt"), weights_only=True)
+    rng_file = os.path.join(path, f"rng_rank{rank}.pt")
+    try:
+        rank_rng = torch.load(rng_file, weights_only=True)
+    except Exception as err:  # torch raises several types for a damaged file
+        raise RuntimeError(
+            f"cannot load checkpoint {rng_file} on rank {rank}: {err}; point "
+            "latest_checkpointed_iteration.txt at an earlier complete global_step_N, or start "
+            "without --resume"
+        ) from err
     for name, generator in rng.items():
         generator.set_state(rank_rng[name])
     torch.set_rng_state(rank_rng["torch"])
