@@ -1,0 +1,102 @@
+"""The Chinese pages read as Chinese: no italics over Chinese text, each term written one way.
+
+* Italics: browsers have no italic CJK fonts and slant the glyphs instead, which reads
+  badly; the Chinese pages use bold for emphasis. Checked on the rendered HTML, so an
+  asterisk inside code or a formula is not mistaken for emphasis.
+* Terms: the glossary's table "统一写法" (docs/glossary.zh.md#variants) lists, for each term,
+  the spellings that drifted into pages before. A Chinese page's prose must not use them.
+  Code (fenced blocks, inline code) is not prose. A variant in full-width parentheses right
+  after the fixed spelling, the way a first mention glosses a term (自动扩缩容器（autoscaler）),
+  is allowed.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import markdown
+import pytest
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+GLOSSARY = DOCS / "glossary.zh.md"
+ZH_PAGES = sorted(DOCS.rglob("*.zh.md"))
+
+FENCED = re.compile(r"^(\s*)(```|~~~).*?^\1\2\s*$", re.M | re.S)
+CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+EXTENSIONS = ["tables", "attr_list", "md_in_html", "def_list", "admonition"]
+
+
+def rendered(page: Path) -> str:
+    """The page's prose as HTML: fenced code removed before rendering, inline code after."""
+    text = markdown.markdown(FENCED.sub("", page.read_text()), extensions=EXTENSIONS)
+    return re.sub(r"<code>.*?</code>", " ", text, flags=re.S)
+
+
+def prose(page: Path) -> str:
+    """The page's prose as plain text (tags, and so link targets, removed)."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", rendered(page)))
+
+
+def glossary_variants() -> list[tuple[str, str]]:
+    """(fixed spelling, variant) pairs from the rows of the glossary's 统一写法 table."""
+    section = GLOSSARY.read_text().split("{#variants}", 1)[1]
+    pairs = []
+    for row in re.findall(r"^\|(.+)\|\s*$", section, re.M):
+        _term, fixed, variants = (cell.strip() for cell in row.split("|"))
+        if fixed in ("中文页面写作", "---"):  # the header and the separator row
+            continue
+        pairs += [(fixed, variant.strip()) for variant in variants.split("、")]
+    return pairs
+
+
+def variant_pattern(fixed: str, variant: str) -> re.Pattern:
+    """The variant as a whole word (Latin letters), not where it glosses the fixed spelling."""
+    return re.compile(
+        rf"(?<!{re.escape(fixed)}（)(?<![A-Za-z_-]){re.escape(variant)}(?![A-Za-z_-])",
+        re.IGNORECASE,
+    )
+
+
+def test_the_glossary_lists_variants():
+    pairs = glossary_variants()
+    assert len(pairs) >= 10, pairs
+    assert ("WorkerGroup", "worker group") in pairs
+
+
+@pytest.mark.parametrize("page", ZH_PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_no_italics_over_chinese_text(page):
+    slanted = [em for em in re.findall(r"<em>(.*?)</em>", rendered(page), re.S) if CJK.search(em)]
+    assert not slanted, f"{page.name}: italics over Chinese text (use bold): {slanted}"
+
+
+@pytest.mark.parametrize(
+    "page",
+    [p for p in ZH_PAGES if p != GLOSSARY],
+    ids=lambda p: str(p.relative_to(DOCS)),
+)
+def test_glossary_terms_are_written_one_way(page):
+    text = prose(page)
+    found = [
+        f"{variant!r} (write {fixed!r}): ...{text[max(m.start() - 15, 0) : m.end() + 15]}..."
+        for fixed, variant in glossary_variants()
+        for m in variant_pattern(fixed, variant).finditer(text)
+    ]
+    assert not found, f"{page.name}: " + "; ".join(found)
+
+
+def test_the_checks_catch_what_they_look_for(tmp_path):
+    """Both checks, on a page made to break them, so a check that finds nothing is not vacuous."""
+    page = tmp_path / "broken.zh.md"
+    page.write_text(
+        "这是*斜体的中文*。\n\n每个 worker group 都有头结点。\n\n"
+        "自动扩缩容器（autoscaler）可以括注。\n\n```python\nprint('worker group')\n```\n"
+    )
+    assert re.findall(r"<em>(.*?)</em>", rendered(page)) == ["斜体的中文"]
+    hits = [
+        variant
+        for fixed, variant in glossary_variants()
+        if variant_pattern(fixed, variant).search(prose(page))
+    ]
+    assert sorted(hits) == sorted(["worker group", "Worker group", "头结点"])
