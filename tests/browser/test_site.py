@@ -231,6 +231,11 @@ SEARCHES = [
     ("zh", "裁剪范围", "rlhf/algorithms/"),
     ("zh", "界面", "glossary/"),
     ("zh", "放置组", "verl/resource-pools/"),
+    # Glossary terms, whole words for jieba (tools/search_by_language_hook.py)
+    ("zh", "资源池", "verl/resource-pools/"),
+    ("zh", "对象存储", "ray-core/objects/"),
+    ("zh", "单控制器", "verl/"),
+    ("zh", "头节点", "cluster/start/"),
     ("zh", "幂等", "cluster/faults/"),
 ]
 
@@ -269,6 +274,23 @@ def test_search_finds_the_page(site, browser, search_pages, lang, query, expecte
     # Result links carry ?h=<query> (highlighting) and #<section>; the page is what counts.
     found = list(dict.fromkeys(re.split(r"[?#]", href)[0] for href in hrefs))[:5]
     assert site.url(lang, expected) in found, f"search {query!r} ({lang}): top results {found}"
+
+
+def test_a_glossary_term_is_one_word_for_search(site, browser, search_pages):
+    """自动扩缩容器 (autoscaler) is one jieba word: a search for 容器 (container) must not land on
+    the autoscaler's section, as it did while jieba split the term into 自动|扩缩|容器."""
+    hrefs = search(site, browser, search_pages, "zh", "容器")
+    found = [re.sub(r"\?[^#]*", "", href) for href in hrefs[:8]]
+    assert site.url("zh", "cluster/scaling/#autoscaler") not in found, found
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_search_returns_pages_of_the_readers_language(site, browser, search_pages, lang):
+    """One index per language: an English name searched from a Chinese page finds Chinese pages."""
+    hrefs = search(site, browser, search_pages, lang, "DataProto")
+    zh_root = site.url("zh", "")
+    in_language = [href.startswith(zh_root) == (lang == "zh") for href in hrefs]
+    assert hrefs and all(in_language), f"search 'DataProto' ({lang}): {hrefs[:5]}"
 
 
 # A reader pastes the message they see into the search box (troubleshooting chapter, #14):
