@@ -19,6 +19,7 @@ from __future__ import annotations
 import _thread
 import importlib
 import re
+import signal
 import sys
 import threading
 import types
@@ -148,6 +149,10 @@ def time_limit(seconds: float):
                     fired.set()
                     _thread.interrupt_main()
 
+    # interrupt_main() does nothing while SIGINT is ignored, which it is in a process started
+    # in the background by a non-interactive shell (and so in its pytest-xdist workers): give
+    # SIGINT Python's own handler for the duration of the block.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     threading.Thread(target=watchdog, daemon=True, name="hang-watchdog").start()
     try:
         yield
@@ -158,3 +163,4 @@ def time_limit(seconds: float):
     finally:
         with lock:
             done.set()
+        signal.signal(signal.SIGINT, previous)
