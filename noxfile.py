@@ -133,7 +133,9 @@ def upstream_drift(session: nox.Session) -> None:
     (pytest's summary of failures), so the next release's drift shows the day it lands.
     The session succeeds whatever the tests find; .ci/run does not wait on it either.
     """
-    unpinned = session.create_tmp() + "/constraints-unpinned.txt"
+    # Not session.create_tmp(): it points TMPDIR into .nox/, and Ray puts its unix sockets
+    # under TMPDIR, where the longer path left ray.init() hanging in both xdist workers.
+    unpinned = str(Path(session.virtualenv.location) / "constraints-unpinned.txt")
     lines = Path("constraints.txt").read_text().splitlines()
     fixtures = ("verl==", "transferqueue==")
     kept = [line for line in lines if not line.lower().startswith(fixtures)]
