@@ -108,6 +108,24 @@ def save(path: str, models: dict, optimizers: dict, rng: dict) -> None:
     torch.save(rank_rng, os.path.join(path, f"rng_rank{dist.get_rank()}.pt"))
 
 
+def load_checkpoint_file(path: str, rank: int | None = None) -> dict:
+    """``torch.load`` one checkpoint file (``weights_only``), for the driver or a rank.
+
+    Raises:
+        RuntimeError: the file is damaged or missing; the message names it (and the rank),
+            and says how to resume from an earlier step instead.
+    """
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as err:  # torch raises several types for a damaged file
+        where = path if rank is None else f"{path} on rank {rank}"
+        raise RuntimeError(
+            f"cannot load checkpoint {where}: {err}; the file is damaged (a run killed while "
+            "saving?). Write the N of an earlier complete global_step_N into "
+            "latest_checkpointed_iteration.txt, or start without --resume"
+        ) from err
+
+
 def load(path: str, models: dict, optimizers: dict, rng: dict) -> None:
     """Load what :func:`save` wrote into the same (already sharded) models and optimisers.
 
@@ -137,15 +155,7 @@ def load(path: str, models: dict, optimizers: dict, rng: dict) -> None:
             )
         else:
             set_model_state_dict(model, state[name]["model"])
-    rng_file = os.path.join(path, f"rng_rank{rank}.pt")
-    try:
-        rank_rng = torch.load(rng_file, weights_only=True)
-    except Exception as err:  # torch raises several types for a damaged file
-        raise RuntimeError(
-            f"cannot load checkpoint {rng_file} on rank {rank}: {err}; point "
-            "latest_checkpointed_iteration.txt at an earlier complete global_step_N, or start "
-            "without --resume"
-        ) from err
+    rank_rng = load_checkpoint_file(os.path.join(path, f"rng_rank{rank}.pt"), rank)
     for name, generator in rng.items():
         generator.set_state(rank_rng[name])
     torch.set_rng_state(rank_rng["torch"])

@@ -42,6 +42,7 @@ from reference_impl.data_proto import DataProto
 from reference_impl.resource_pool import RayResourcePool
 from reference_impl.rlhf import core_algos
 from reference_impl.rlhf.config import ConfigError, RLHFConfig, check
+from reference_impl.rlhf.engine import load_checkpoint_file
 from reference_impl.rlhf.metrics import MetricsLog, plot_reward_curve, read_metrics, train_flops
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
@@ -327,14 +328,7 @@ class RLHFTrainer:
         return step
 
     def _load_driver(self, driver_file: str) -> dict:
-        try:
-            return torch.load(driver_file, weights_only=True)
-        except Exception as err:  # torch raises several types for a damaged file
-            raise RuntimeError(
-                f"cannot load checkpoint {driver_file}: {err}; the file is damaged (a run "
-                "killed while saving?). Write the N of an earlier complete global_step_N into "
-                "latest_checkpointed_iteration.txt, or start without --resume"
-            ) from err
+        return load_checkpoint_file(driver_file)
 
     def load_checkpoint(self, step: int) -> None:
         """Load ``checkpoints/global_step_{step}/`` into the workers and the driver.
