@@ -12,26 +12,36 @@
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from pathlib import Path
 
 import markdown
 import pytest
+from mkdocs.config import load_config
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
 GLOSSARY = DOCS / "glossary.zh.md"
 ZH_PAGES = sorted(DOCS.rglob("*.zh.md"))
 
-FENCED = re.compile(r"^(\s*)(```|~~~).*?^\1\2\s*$", re.M | re.S)
 CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
-EXTENSIONS = ["tables", "attr_list", "md_in_html", "def_list", "admonition"]
+CODE = re.compile(r"<pre[ >].*?</pre>|<code[^>]*>.*?</code>", re.S)
+
+
+@functools.cache
+def site_markdown() -> tuple[list, dict]:
+    """The Markdown extensions of mkdocs.yml, so the check sees what a reader sees."""
+    config = load_config(str(REPO / "mkdocs.yml"))
+    return config["markdown_extensions"], config["mdx_configs"]
 
 
 def rendered(page: Path) -> str:
-    """The page's prose as HTML: fenced code removed before rendering, inline code after."""
-    text = markdown.markdown(FENCED.sub("", page.read_text()), extensions=EXTENSIONS)
-    return re.sub(r"<code>.*?</code>", " ", text, flags=re.S)
+    """The page's prose as HTML, rendered as the site does, without code blocks or inline code."""
+    extensions, configs = site_markdown()
+    text = markdown.markdown(page.read_text(), extensions=extensions, extension_configs=configs)
+    return CODE.sub(" ", text)
 
 
 def prose(page: Path) -> str:
