@@ -36,14 +36,19 @@ DOCS_TOOLS = EXTRAS["docs"]
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run every doc block (docs/) and every test (tests/): in parallel, then the shell pages.
+    """Run every doc block (docs/) and every test (tests/): the parallel pass and the shell pages.
 
     Pages with shell blocks start real clusters with `ray start` and end with `ray stop`,
-    which stops every Ray process on the machine; they run one at a time after the
-    parallel pass (marker `shell`, see tests/docblocks/shell.py).
+    which stops every Ray process it can see. tests/passes.py runs them in private PID and
+    network namespaces at the same time as the parallel pass, or after it where the machine
+    has no namespaces to give. With pytest arguments (`nox -s tests -- -k tasks`), the two
+    passes run one after the other with those arguments.
     """
     session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,verl]")
     session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    if not session.posargs:
+        session.run("python", "-m", "tests.passes")
+        return
     # --durations: the slowest items, so a run that creeps towards its budget shows why.
     session.run("pytest", "--durations=15", *session.posargs)
     # Exit code 5 (nothing selected) is fine when the arguments name no shell page.

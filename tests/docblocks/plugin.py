@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 from sybil import Document, Region, Sybil
 from sybil.integration.pytest import SybilItem
@@ -332,8 +330,6 @@ def stop_what_the_page_started(namespace: dict) -> None:
     end_page(namespace)  # the page's terminal: what its commands left running, its temp dirs
 
 
-RAY_BEFORE = pytest.StashKey[set]()
-
 DOC_SYBIL = Sybil(
     parsers=[parse_blocks],
     path=str(DOCS),
@@ -372,42 +368,6 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.shell)
         elif isinstance(item, SybilItem) and Path(item.example.path) in ALONE_PAGES:
             item.add_marker(pytest.mark.alone)
-
-
-RAY_DAEMONS = ("raylet", "gcs_server")
-
-
-def ray_daemons() -> set[int]:
-    """Pids of the Ray daemons on this machine that are alive (zombies excluded)."""
-    found = set()
-    for process in psutil.process_iter(["name", "status"]):
-        if process.info["name"] in RAY_DAEMONS and process.info["status"] != psutil.STATUS_ZOMBIE:
-            found.add(process.pid)
-    return found
-
-
-def pytest_sessionstart(session):
-    session.config.stash[RAY_BEFORE] = ray_daemons()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """No Ray process may outlive the suite: fail the run if one started by it is alive."""
-    if hasattr(session.config, "workerinput"):
-        return
-    before = session.config.stash.get(RAY_BEFORE, set())
-    deadline = time.monotonic() + 20  # `ray.shutdown()` and `ray stop` take a moment
-    while (left := ray_daemons() - before) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if left:
-        names = sorted(psutil.Process(pid).name() for pid in left if psutil.pid_exists(pid))
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(
-                f"Ray processes left running by the suite: {names} (pids {sorted(left)}); "
-                "a page or test did not shut down what it started",
-                red=True,
-            )
-        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.hookimpl(hookwrapper=True)

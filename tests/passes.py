@@ -1,0 +1,202 @@
+"""Run the test suite's passes at the same time, each shell pass in a machine of its own.
+
+    python -m tests.passes [--shell-runners 2]     (what `nox -s tests` runs)
+
+The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
+
+* everything else, run by pytest-xdist over the cores (``-n auto``): the **parallel pass**;
+* pages with shell blocks (marker ``shell``) and items marked ``alone``: **shell passes**.
+  A shell page types ``ray start`` and ``ray stop`` into a terminal. ``ray stop`` stops
+  every Ray process it can see, and ``ray start --head`` wants port 6379, so a shell
+  page cannot share a machine with anything else that runs Ray.
+
+Shell pages mostly wait (on ``ray start``, on a timeout the page demonstrates, on
+``ray status`` until a node joins): one takes about a third of a core. Run one after the
+other, they took longer than the parallel pass. So when Linux namespaces are available,
+each shell pass gets a machine of its own and all passes run at once:
+
+* a private PID namespace: its ``ray stop`` sees, and stops, only its own processes;
+* a private network namespace: its own port 6379. Loopback gets an address and a default
+  route, so Ray finds a node IP the way it does on a real host;
+* its own ``/etc/resolv.conf`` (in a private mount namespace): no DNS server is reachable
+  in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
+  lookup fail at once instead of after a 10 s timeout.
+
+Where ``unshare`` cannot create namespaces (not root, no user namespaces, not Linux),
+the passes run one after the other, as a reader's machine would, and the summary says so.
+Each pass writes to its own log; the logs are printed whole, one after the other, when
+all passes have ended, followed by each pass's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+
+# Inside the namespaces: loopback up, with an address and a default route (Ray reads the
+# node IP from the route to the outside), and a resolv.conf whose server answers at once.
+NAMESPACE_SETUP = """
+set -e
+export PATH="$PATH:/usr/sbin:/sbin"
+ip link set lo up
+ip addr add 10.9.0.2/32 dev lo
+ip route add default dev lo src 10.9.0.2
+mount --bind "$RESOLV_CONF" /etc/resolv.conf
+set +e
+exec "$@"
+"""
+UNSHARE = ("unshare", "--pid", "--net", "--mount", "--fork", "--mount-proc")
+
+
+@dataclass
+class Pass:
+    """One pytest run: its name, its command, and once started its process and log."""
+
+    name: str
+    command: list[str]
+    isolated: bool = False
+    process: subprocess.Popen | None = None
+    log: Path | None = None
+    started: float = 0.0
+    seconds: float = 0.0
+
+
+def namespaces_work(resolv_conf: Path) -> bool:
+    """Can this machine give a command private PID, network and mount namespaces?"""
+    try:
+        done = subprocess.run(
+            [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "true"],
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RESOLV_CONF": str(resolv_conf)},
+            capture_output=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+def shell_pages() -> dict[Path, int]:
+    """English pages with shell blocks, each with its number of ``$`` commands (its weight)."""
+    # Imported here: the plugin imports pytest, sybil and Ray's test helpers, and the
+    # orchestrator itself needs none of them to print its usage.
+    from tests.docblocks.plugin import DOC_SYBIL, census, runs_shell
+    from tests.docblocks.shell import parse_console
+
+    pages = {}
+    for page in sorted(DOCS.rglob("*.md")):
+        if page.name.endswith(".zh.md") or not runs_shell(page):
+            continue
+        consoles = [r for r, v in census(DOC_SYBIL.parse(page)) if v.kind == "console"]
+        pages[page] = sum(len(parse_console(str(r.lexemes["source"]))) for r in consoles) or 1
+    return pages
+
+
+def split(pages: dict[Path, int], runners: int) -> list[list[Path]]:
+    """Heaviest page first, each to the runner with the least weight so far."""
+    groups: list[list[Path]] = [[] for _ in range(runners)]
+    loads = [0] * runners
+    for page, weight in sorted(pages.items(), key=lambda item: -item[1]):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(page)
+        loads[lightest] += weight
+    return groups
+
+
+def with_twins(pages: list[Path]) -> list[str]:
+    """Each page and its Chinese twin (whose blocks are checked against it), as paths."""
+    paths = []
+    for page in pages:
+        paths.append(str(page.relative_to(REPO)))
+        twin = page.with_name(page.name[: -len(".md")] + ".zh.md")
+        if twin.exists():
+            paths.append(str(twin.relative_to(REPO)))
+    return paths
+
+
+def plan(runners: int, isolated: bool) -> list[Pass]:
+    pytest = [sys.executable, "-m", "pytest"]
+    parallel = Pass("parallel pass", [*pytest, "--durations=15"])
+    serial = [*pytest, "-m", "shell or alone", "-n", "0", "--durations=5"]
+    if not isolated:
+        return [parallel, Pass("shell pages and `alone` items", serial)]
+    groups = split(shell_pages(), runners)
+    passes = [parallel]
+    # Every runner but the last takes its pages by path; the last collects everything
+    # else that is `shell` or `alone` (the `alone` tests included), so no item is lost.
+    for number, group in enumerate(groups[:-1], start=1):
+        name = f"shell runner {number} ({len(group)} pages)"
+        passes.append(Pass(name, [*serial, *with_twins(group)], isolated=True))
+    taken = [f"--ignore={path}" for group in groups[:-1] for path in with_twins(group)]
+    name = f"shell runner {len(groups)} ({len(groups[-1])} pages and the `alone` items)"
+    passes.append(Pass(name, [*serial, *taken], isolated=True))
+    return passes
+
+
+def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
+    one.log = logs / (one.name.split(" (")[0].replace(" ", "-") + ".log")
+    command = one.command
+    if one.isolated:
+        command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
+    env = {**os.environ, "RESOLV_CONF": str(resolv_conf)}
+    with open(one.log, "wb") as out:
+        one.process = subprocess.Popen(
+            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
+        )
+    one.started = time.monotonic()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shell-runners", type=int, default=2, help="shell passes at once")
+    runners = parser.parse_args().shell_runners
+    if runners < 1:
+        parser.error(f"--shell-runners must be at least 1, got {runners}")
+
+    work = Path(tempfile.mkdtemp(prefix="passes-"))
+    resolv_conf = work / "resolv.conf"
+    resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+    isolated = sys.platform.startswith("linux") and namespaces_work(resolv_conf)
+    passes = plan(runners, isolated)
+    if isolated:
+        for one in passes:
+            start(one, work, resolv_conf)
+        for one in passes:
+            one.process.wait()
+            one.seconds = time.monotonic() - one.started
+    else:
+        for one in passes:  # one after the other: a shell page's `ray stop` stops all Ray
+            start(one, work, resolv_conf)
+            one.process.wait()
+            one.seconds = time.monotonic() - one.started
+
+    failed = []
+    for one in passes:
+        print(f"\n{'#' * 20} {one.name}: {' '.join(one.command[1:])}\n", flush=True)
+        sys.stdout.write(one.log.read_text(errors="replace"))
+        # Exit code 5 (nothing selected) is fine for a shell pass given no shell page.
+        if one.process.returncode not in (0, 5):
+            failed.append(one.name)
+    how = (
+        "at once, each shell pass in private PID/network namespaces"
+        if isolated
+        else "one after the other (no Linux namespaces here)"
+    )
+    print(f"\npasses, run {how}:")
+    for one in passes:
+        print(f"  {one.name}: {one.seconds:.0f} s, exit code {one.process.returncode}")
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
