@@ -39,6 +39,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.docblocks.collect import blocks_of, runs_shell, twin
+from tests.docblocks.shell_blocks import parse_console
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
@@ -86,17 +89,12 @@ def namespaces_work(resolv_conf: Path) -> bool:
 
 def shell_pages() -> dict[Path, int]:
     """English pages with shell blocks, each with its number of ``$`` commands (its weight)."""
-    # Imported here: the plugin imports pytest, sybil and Ray's test helpers, and the
-    # orchestrator itself needs none of them to print its usage.
-    from tests.docblocks.plugin import DOC_SYBIL, census, runs_shell
-    from tests.docblocks.shell import parse_console
-
     pages = {}
     for page in sorted(DOCS.rglob("*.md")):
         if page.name.endswith(".zh.md") or not runs_shell(page):
             continue
-        consoles = [r for r, v in census(DOC_SYBIL.parse(page)) if v.kind == "console"]
-        pages[page] = sum(len(parse_console(str(r.lexemes["source"]))) for r in consoles) or 1
+        consoles = [b.source for b in blocks_of(page) if b.verdict.kind == "console"]
+        pages[page] = sum(len(parse_console(source)) for source in consoles) or 1
     return pages
 
 
@@ -112,14 +110,8 @@ def split(pages: dict[Path, int], runners: int) -> list[list[Path]]:
 
 
 def with_twins(pages: list[Path]) -> list[str]:
-    """Each page and its Chinese twin (whose blocks are checked against it), as paths."""
-    paths = []
-    for page in pages:
-        paths.append(str(page.relative_to(REPO)))
-        twin = page.with_name(page.name[: -len(".md")] + ".zh.md")
-        if twin.exists():
-            paths.append(str(twin.relative_to(REPO)))
-    return paths
+    """Each page and its Chinese twin (run too with --doc-languages=all), as paths."""
+    return [str(p.relative_to(REPO)) for page in pages for p in (page, twin(page)) if p.exists()]
 
 
 def plan(runners: int, isolated: bool) -> list[Pass]:

@@ -17,16 +17,12 @@ import nbformat
 import pytest
 from mkdocs.config import load_config
 
-from tests.docblocks.plugin import DOC_SYBIL, census
+from tests.docblocks.collect import Block, BlockKind, blocks_of, twin, twin_mismatch
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 EN_PAGES = sorted(p for p in DOCS.rglob("*.md") if not p.name.endswith(".zh.md"))
 ALL_PAGES = sorted(DOCS.rglob("*.md"))
-
-
-def twin(page: Path) -> Path:
-    return page.with_name(page.name[: -len(".md")] + ".zh.md")
 
 
 def rel(page: Path) -> str:
@@ -43,7 +39,7 @@ def renderer():
 
 @pytest.mark.parametrize("page", ALL_PAGES, ids=rel)
 def test_every_rendered_block_is_accounted_for(page, renderer):
-    verdicts = [verdict for _, verdict in census(DOC_SYBIL.parse(page))]
+    verdicts = [block.verdict for block in blocks_of(page)]
     rendered = len(re.findall(r"<pre[ >]", renderer(page.read_text(encoding="utf-8"))))
     assert rendered == len(verdicts), (
         f"{rel(page)}: MkDocs renders {rendered} code blocks but the harness found "
@@ -54,7 +50,7 @@ def test_every_rendered_block_is_accounted_for(page, renderer):
 
 
 def test_the_site_runs_code():
-    kinds = [v.kind for page in ALL_PAGES for _, v in census(DOC_SYBIL.parse(page))]
+    kinds = [block.verdict.kind for page in ALL_PAGES for block in blocks_of(page)]
     assert kinds.count("python") >= 100
     assert kinds.count("output") >= 80
 
@@ -67,15 +63,7 @@ def test_page_exists_in_both_languages(page):
 @pytest.mark.parametrize("page", sorted(DOCS.rglob("*.zh.md")), ids=rel)
 def test_chinese_page_has_an_english_twin(page):
     # The other direction of the test above: a page written only in Chinese fails too.
-    english = page.with_name(page.name[: -len(".zh.md")] + ".md")
-    assert english.exists(), f"{rel(page)} has no English twin {rel(english)}"
-
-
-def blocks(page: Path) -> list[tuple[str, str]]:
-    return [
-        (str(region.lexemes["info"]), str(region.lexemes["source"]))
-        for region, _ in census(DOC_SYBIL.parse(page))
-    ]
+    assert twin(page).exists(), f"{rel(page)} has no English twin {rel(twin(page))}"
 
 
 def headings(page: Path) -> list[tuple[int, str | None]]:
@@ -92,12 +80,67 @@ def link_targets(page: Path) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
+def block_mismatches(english: list[Block], chinese: list[Block]) -> list[str]:
+    """Each block of the Chinese page that does not agree with its English twin, and why."""
+    if len(english) != len(chinese):
+        return [f"{len(chinese)} blocks in Chinese, {len(english)} in English"]
+    return [
+        f"block {number}: {why}"
+        for number, (en, zh) in enumerate(zip(english, chinese, strict=True), start=1)
+        if (why := twin_mismatch(en, zh))
+    ]
+
+
 @pytest.mark.parametrize("page", [p for p in EN_PAGES if twin(p).exists()], ids=rel)
 def test_both_languages_have_the_same_code_headings_and_links(page):
+    # The one place where the two languages' blocks are compared (collect.twin_mismatch).
     zh = twin(page)
-    assert blocks(zh) == blocks(page), "code blocks differ between the languages"
+    mismatches = block_mismatches(blocks_of(page), blocks_of(zh))
+    assert not mismatches, f"{rel(zh)} against {rel(page)}:\n" + "\n".join(mismatches)
     assert headings(zh) == headings(page), "heading levels or explicit ids differ"
     assert sorted(link_targets(zh)) == sorted(link_targets(page)), "link targets differ"
+
+
+def block(kind: str, language: str, source: str) -> Block:
+    return Block(language, source, BlockKind(kind, language))
+
+
+def test_a_diagram_may_translate_its_labels_but_not_its_structure():
+    english = block(
+        "illustration", "mermaid", 'flowchart LR\n  D["driver"] -- "calls" --> W["worker"]\n'
+    )
+    translated = block(
+        "illustration", "mermaid", 'flowchart LR\n  D["驱动程序"] -- "调用" --> W["工作进程"]\n'
+    )
+    rewired = block(
+        "illustration", "mermaid", 'flowchart LR\n  W["工作进程"] -- "调用" --> D["驱动程序"]\n'
+    )
+    assert block_mismatches([english], [translated]) == []
+    assert block_mismatches([english], [rewired]) == [
+        "block 1: the diagram's nodes or edges differ from its twin's "
+        "('W -- --> D' vs 'D -- --> W'); translate the labels only"
+    ]
+    sequence = block(
+        "illustration", "mermaid", "sequenceDiagram\n  participant C as Controller\n  C->>W: run\n"
+    )
+    in_chinese = block(
+        "illustration", "mermaid", "sequenceDiagram\n  participant C as 控制器\n  C->>W: 运行\n"
+    )
+    assert block_mismatches([sequence], [in_chinese]) == []
+
+
+def test_an_illustration_may_translate_its_comments_but_code_that_runs_may_not_change():
+    english = block("illustration", "python", "pool = make_pool()  # one bundle per GPU\n")
+    translated = block("illustration", "python", "pool = make_pool()  # 每个 GPU 一个 bundle\n")
+    changed = block("illustration", "python", "pool = make_pool(4)  # 每个 GPU 一个 bundle\n")
+    assert block_mismatches([english], [translated]) == []
+    assert block_mismatches([english], [changed]) == [
+        "block 1: the illustration differs from its twin in more than its comments"
+    ]
+    ran = block("python", "python", "print(1)  # one\n")
+    assert block_mismatches([ran], [block("python", "python", "print(1)  # 一\n")]) == [
+        "block 1: blocks that run must be identical in both languages (this one ran in English)"
+    ]
 
 
 @pytest.mark.parametrize("page", [twin(p) for p in EN_PAGES if twin(p).exists()], ids=rel)

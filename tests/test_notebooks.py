@@ -25,7 +25,8 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.docblocks.evaluators import RAY_FORWARDED, output_matches
+from tests.docblocks.match import matches
+from tests.docblocks.python_blocks import RAY_FORWARDED
 from tests.upstream.backend import NOTEBOOK, REPO, listed_differences
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -67,7 +68,7 @@ def test_notebook_runs_and_matches_its_outputs(path, request):
     ).execute()  # raises CellExecutionError, naming the cell, if any cell fails
     for index, (old, new) in enumerate(zip(stored.cells, fresh.cells, strict=True)):
         if old.cell_type == "code":
-            assert output_matches(printed(old), printed(new)), (
+            assert matches(printed(old), printed(new)), (
                 f"{path.name} cell {index}: shows\n{printed(old)}\nbut printed\n{printed(new)}"
             )
 
@@ -108,7 +109,7 @@ def run_on_verl(path: Path) -> None:
             continue
         code_cell += 1
         raised = any(o.get("output_type") == "error" for o in new.outputs)
-        holds = not raised and output_matches(printed(old), printed(new))
+        holds = not raised and matches(printed(old), printed(new))
         if code_cell in listed and holds:
             problems.append(f"code cell {code_cell} (cell {index}) is listed but holds on veRL")
         elif code_cell not in listed and not holds:

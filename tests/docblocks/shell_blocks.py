@@ -4,9 +4,9 @@ A page's shell blocks behave like one terminal that a reader types into:
 
 * ```` ```console ```` blocks hold ``$ command`` lines, each followed by the
   output the page shows. Every command runs; its output (stdout and stderr,
-  as a terminal shows them) must match what the page shows. ``...`` matches
-  any text, ``<ip>`` an IPv4 address, ``<id>`` an id, ``<n>`` a number. A
-  command with no lines under it may print anything. A command that exits
+  as a terminal shows them) must match what the page shows, in the dialect of
+  ``match.py`` (``...`` any text, ``<ip>``, ``<id>``, ``<n>``). A command with
+  no lines under it may print anything. A command that exits
   non-zero fails the block; a page that wants to show a failure writes
   ``$ cmd || echo "exit code $?"``.
 * ```` ```bash ```` blocks are scripts, run with ``bash -e``; an ``output``
@@ -27,15 +27,15 @@ its own ``RAY_TMPDIR`` (so ``ray.init()`` on other pages never finds this
 page's cluster). When the page ends, whatever its commands left running is
 killed: this process is made a child subreaper (Linux ``prctl``), so the Ray
 daemons that ``ray start`` detaches stay its descendants and can be found.
-``ray stop`` stops every Ray process on the machine, so pages with shell
-blocks run one at a time, after the parallel run (marker ``shell``).
+``ray stop`` stops every Ray process it can see, so pages with shell blocks
+(marker ``shell``) never run beside other Ray users: ``tests/passes.py`` runs
+them in PID and network namespaces of their own, or after the parallel pass.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import re
 import shlex
 import shutil
 import subprocess
@@ -47,20 +47,10 @@ from pathlib import Path
 
 import psutil
 
-from tests.docblocks.evaluators import WILDCARD  # the same `...` as output blocks
+from tests.docblocks.match import clean, matches
 
 PROMPT = "$ "
 DEFAULT_TIMEOUT_S = 120.0
-# Ray's CLI writes "2026-11-21 09:35:11,836\tINFO scripts.py:1043 -- " before each
-# line when its output is not a terminal; a reader at a terminal sees the text alone.
-RAY_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}\t[A-Z]+ \S+:\d+ -- ", re.M)
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-PLACEHOLDERS = {
-    "<ip>": r"\d{1,3}(?:\.\d{1,3}){3}",
-    "<id>": r"[0-9A-Za-z_\-]+",
-    "<n>": r"-?\d+(?:\.\d+)?",
-}
-PLACEHOLDER = re.compile("|".join(re.escape(p) for p in (WILDCARD, *PLACEHOLDERS)))
 
 
 @dataclass
@@ -103,31 +93,6 @@ def parse_console(source: str) -> list[Command]:
     return commands
 
 
-def clean(text: str) -> str:
-    """What a reader sees: no colour codes, no Ray log prefixes, no trailing blanks."""
-    text = RAY_LOG_PREFIX.sub("", ANSI.sub("", text))
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip("\n")
-
-
-def shown_matches(expected: str, actual: str) -> bool:
-    """Does ``actual`` (cleaned) match the page's text with its placeholders?
-
-    A line that is only ``...`` stands for any number of lines, none included.
-    """
-    pattern = []
-    for line in clean(expected).split("\n"):
-        if line == WILDCARD:
-            pattern.append("(?:.*?\n)?")
-            continue
-        position = 0
-        for match in PLACEHOLDER.finditer(line):
-            pattern.append(re.escape(line[position : match.start()]))
-            pattern.append(".*?" if match[0] == WILDCARD else PLACEHOLDERS[match[0]])
-            position = match.end()
-        pattern.append(re.escape(line[position:]) + "\n")
-    return re.fullmatch("".join(pattern), clean(actual) + "\n", flags=re.DOTALL) is not None
-
-
 def options_of(note: str) -> dict[str, float]:
     """``timeout=300 retry=20`` -> {"timeout": 300.0, "retry": 20.0}."""
     options = {}
@@ -147,7 +112,6 @@ class ShellBlock:
     language: str  # "console" or "bash"
     timeout: float = DEFAULT_TIMEOUT_S
     retry: float = 0.0
-    kind: str = "shell"
     printed: str | None = None
 
 
@@ -157,7 +121,6 @@ class FileBlock:
 
     name: str
     source: str
-    kind: str = "file"
 
 
 def become_subreaper() -> None:
@@ -290,7 +253,7 @@ def run_console(example) -> str | None:
         deadline = time.monotonic() + block.retry
         while True:
             code, output = sandbox.run(command.text, block.timeout)
-            shown = shown_matches(command.expected, output) if command.expected.strip() else True
+            shown = matches(command.expected, output) if command.expected.strip() else True
             if (code == 0 and shown) or time.monotonic() >= deadline:
                 break
             time.sleep(1)

@@ -1,9 +1,9 @@
-"""How each kind of fenced block is checked.
+"""Python, output and data blocks: how each is run or checked.
 
 ``python`` blocks run with ``exec`` in the page's namespace, with their printed
-output captured. ``output`` blocks are compared with what the python block
-above them printed. ``data`` blocks are parsed. See ``blocks.py`` for the
-rules and ``plugin.py`` for how pytest collects them.
+output captured. ``output`` blocks are compared (``match.py``) with what the
+python or bash block above them printed. ``data`` blocks are parsed. The rules
+a page follows are in ``collect.py``; how pytest collects them, in ``plugin.py``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from tests.docblocks.match import clean, matches
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib
 
-WILDCARD = "..."
 # A line Ray's driver forwards from another process: `(raylet) ...`, `(pid=123) ...`,
 # `(Actor pid=123) ...`, perhaps coloured. They arrive at unpredictable times, and
 # `ray.shutdown()` inside a block flushes them from the block's own thread, so they are
@@ -37,7 +38,7 @@ class PythonBlock:
     """A python block. ``printed`` is what its last run wrote to stdout (None: not run)."""
 
     source: str
-    kind: str = "python"
+    gpu: bool = False  # marked `<!-- block: gpu -->`: runs only where CUDA is present
     printed: str | None = None
 
 
@@ -46,15 +47,15 @@ class ExpectedOutput:
     """An ``output`` block and the python block whose printed text it shows."""
 
     text: str
-    source_block: PythonBlock | None  # or a bash block (shell.ShellBlock): both have .printed
-    kind: str = "output"
+    source_block: (
+        PythonBlock | None
+    )  # or a bash block (shell_blocks.ShellBlock): both have .printed
 
 
 @dataclass
 class DataBlock:
     source: str
     language: str
-    kind: str = "data"
 
 
 @dataclass
@@ -62,7 +63,6 @@ class Problem:
     """A block the author must fix (unmarked, misplaced output, ...): its item fails."""
 
     message: str
-    kind: str = "unmarked"
 
 
 class MainThreadOnly(io.TextIOBase):
@@ -108,16 +108,6 @@ def run_gpu_python(example) -> None:
     run_python(example)
 
 
-def normalise(text: str) -> str:
-    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).strip("\n")
-
-
-def output_matches(expected: str, actual: str) -> bool:
-    """True if ``actual`` equals ``expected``, where ``...`` in expected matches any text."""
-    pattern = ".*?".join(re.escape(part) for part in normalise(expected).split(WILDCARD))
-    return re.fullmatch(pattern, normalise(actual), flags=re.DOTALL) is not None
-
-
 def check_output(example) -> str | None:
     expected: ExpectedOutput = example.parsed
     if expected.source_block is None:
@@ -125,12 +115,12 @@ def check_output(example) -> str | None:
     printed = expected.source_block.printed
     if printed is None:
         return "the python block above this output did not run, or it failed"
-    if output_matches(expected.text, printed):
+    if matches(expected.text, printed):
         return None
     return (
         "printed output differs from the page's `output` block\n"
-        f"--- page shows ---\n{normalise(expected.text)}\n"
-        f"--- block printed ---\n{normalise(printed)}"
+        f"--- page shows ---\n{clean(expected.text)}\n"
+        f"--- block printed ---\n{clean(printed)}"
     )
 
 
