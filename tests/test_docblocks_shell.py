@@ -1,4 +1,4 @@
-"""The shell-block runner (tests/docblocks/shell.py): commands run, outputs compared,
+"""The shell-block runner (tests/docblocks/shell_blocks.py): commands run, outputs compared,
 state carried from block to block, and nothing left running after a page.
 
 Like tests/test_docblocks.py, each test writes a small page and runs pytest on it
