@@ -44,7 +44,9 @@ def tests(session: nox.Session) -> None:
     has no namespaces to give. With pytest arguments (`nox -s tests -- -k tasks`), the two
     passes run one after the other with those arguments.
     """
-    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,verl]")
+    # Every extra: a page must show what it claims whatever else a reader installed (errata
+    # E06 once printed an ImportError that TRL's dependencies, from `bench`, made go away).
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,bench,browser,verl]")
     session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
     if not session.posargs:
         session.run("python", "-m", "tests.passes")
