@@ -33,6 +33,8 @@ PAYLOAD_ARGUMENT = {
     "broadcast_": 0,
     "send": 0,
 }
+# The same for what a rank receives: the tensor a point-to-point recv fills.
+RECEIVED_ARGUMENT = {"recv_": 0}  # (tensors, src, ...)
 
 
 def _nbytes(value) -> int:
@@ -44,11 +46,13 @@ def _nbytes(value) -> int:
 
 
 class CommBytes(TorchDispatchMode):
-    """In ``with CommBytes() as c:``, ``c.bytes[op]`` sums the payload of each c10d op."""
+    """In ``with CommBytes() as c:``, ``c.bytes[op]`` sums the payload each c10d op sent
+    from this rank, ``c.received[op]`` what each point-to-point ``recv`` filled in."""
 
     def __init__(self) -> None:
         super().__init__()
         self.bytes: Counter[str] = Counter()
+        self.received: Counter[str] = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.namespace == "c10d":
@@ -56,8 +60,11 @@ class CommBytes(TorchDispatchMode):
             index = PAYLOAD_ARGUMENT.get(name)
             if index is not None:
                 self.bytes[name] += _nbytes(args[index])
+            if name in RECEIVED_ARGUMENT:
+                self.received[name] += _nbytes(args[RECEIVED_ARGUMENT[name]])
         return func(*args, **(kwargs or {}))
 
     @property
     def total(self) -> int:
+        """Bytes sent from this rank, all ops together."""
         return sum(self.bytes.values())

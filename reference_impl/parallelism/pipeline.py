@@ -29,9 +29,11 @@ class PipelineWorker(Worker):
     ) -> dict:
         """Stage 0 runs ``relu(x W1^T)``, stage 1 runs ``h W2^T``; needs ``world_size == 2``.
 
-        Returns this stage's ``schedule`` (which micro-batch it handled, in
-        order), the bytes it sent or received, and, on stage 1,
-        ``max_abs_diff`` against the unsplit model.
+        Returns, for this stage, the bytes it sent and received, counted on the c10d
+        operations themselves (:class:`~reference_impl.parallelism.comm_bytes.CommBytes`),
+        and on stage 1 ``arrived``: for each activation received, in order, which
+        micro-batch it turned out to be (found by comparing it with each micro-batch's
+        first-layer output), and ``max_abs_diff`` against the unsplit model.
 
         Raises:
             ValueError: for a world size other than 2, or a batch that does not
@@ -48,20 +50,30 @@ class PipelineWorker(Worker):
         w1, w2 = full_weights(hidden, ffn)
         x = torch.randn(batch, hidden, generator=torch.Generator().manual_seed(1))
         size = batch // micro_batches
-        schedule, outputs = [], []
+        first_layer = [
+            torch.relu(x[m * size : (m + 1) * size] @ w1.T) for m in range(micro_batches)
+        ]
+        received, outputs = [], []
         with CommBytes() as comm:
             for m in range(micro_batches):
                 if self.rank == 0:
-                    activation = torch.relu(x[m * size : (m + 1) * size] @ w1.T)
-                    dist.send(activation, dst=1)  # only activations cross stages
+                    dist.send(first_layer[m], dst=1)  # only activations cross stages
                 else:
                     activation = torch.empty(size, ffn)
                     dist.recv(activation, src=0)
+                    received.append(activation)
                     outputs.append(activation @ w2.T)
-                schedule.append(m)
-        result = {"stage": self.rank, "schedule": schedule, "sent_bytes": comm.total}
+        result = {
+            "stage": self.rank,
+            "sent_bytes": comm.total,
+            "received_bytes": sum(comm.received.values()),
+        }
         if self.rank == 1:
+            # Which micro-batch each message was: measured on the data, not the loop counter.
+            result["arrived"] = [
+                next(m for m, sent in enumerate(first_layer) if torch.equal(sent, got))
+                for got in received
+            ]
             reference = torch.relu(x @ w1.T) @ w2.T
             result["max_abs_diff"] = (torch.cat(outputs) - reference).abs().max().item()
-            result["received_bytes"] = micro_batches * size * ffn * 4
         return result
