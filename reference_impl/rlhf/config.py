@@ -75,6 +75,11 @@ class RLHFConfig:
     world_size: int = 2  # data-parallel ranks per role, over all nodes
     nnodes: int = 1  # nodes a role spans: world_size // nnodes processes on each
     layout: str = "colocated"  # "colocated": one pool for all roles; "separate": a pool each
+    # --- FSDP2 (veRL's actor_rollout_ref.actor.fsdp_config names and defaults) ---
+    # Ranks each parameter is split over; -1: all of world_size (ZeRO-3). 1 on 2 ranks:
+    # whole parameters on each, gradients all-reduced (HSDP, as DDP).
+    fsdp_size: int = -1
+    reshard_after_forward: bool = True  # free gathered parameters between forward and backward
     # --- bookkeeping ---
     save_freq: int = 0  # checkpoint every N steps (0: never)
     resume: bool = False
@@ -161,6 +166,11 @@ MINIMUMS = {
     "save_freq": 0,  # 0: never save
 }
 GPU_PRESET = {"warmup_lr": 1e-3, "actor_lr": 1e-5, "critic_lr": 1e-5, "world_size": 1}
+# The cpu model is 1.6 MB: splitting it over the ranks saves nothing and costs a collective
+# per FSDP unit per forward and backward, where every rank waits for the slowest. With
+# fsdp_size=1 each rank keeps whole parameters (FSDP2 over a ("ddp", "fsdp") mesh) and
+# synchronises once per unit per backward, to average gradients.
+CPU_PRESET = {"fsdp_size": 1}
 
 
 def make_config(algo: str = "grpo", preset: str = "cpu", **overrides) -> RLHFConfig:
@@ -177,7 +187,8 @@ def make_config(algo: str = "grpo", preset: str = "cpu", **overrides) -> RLHFCon
     unknown = sorted(set(overrides) - known)
     if unknown:
         raise ConfigError(f"unknown option(s) {unknown}; valid ones are {sorted(known)}")
-    values = {**DEFAULTS[algo], **(GPU_PRESET if preset == "gpu" else {}), **overrides}
+    preset_values = GPU_PRESET if preset == "gpu" else CPU_PRESET
+    values = {**DEFAULTS[algo], **preset_values, **overrides}
     config = replace(RLHFConfig(algo=algo, preset=preset), **values)
     check(config)
     return config
@@ -233,6 +244,16 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
         raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
     if config.time_limit_s < 0 or config.target_score < 0:
         raise ConfigError("time_limit_s and target_score must be >= 0 (0 turns them off)")
+    if (
+        not isinstance(config.fsdp_size, int)
+        or config.fsdp_size == 0
+        or (0 < config.fsdp_size < config.world_size and config.world_size % config.fsdp_size)
+    ):
+        raise ConfigError(
+            f"fsdp_size={config.fsdp_size} must divide world_size={config.world_size} (each "
+            "parameter is split over fsdp_size ranks, replicated world_size // fsdp_size "
+            "times); set a divisor, or -1 to shard over all ranks"
+        )
     if config.nnodes < 1 or config.world_size % config.nnodes:
         raise ConfigError(
             f"world_size={config.world_size} does not split evenly over nnodes="

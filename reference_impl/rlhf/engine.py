@@ -5,13 +5,16 @@
   (``verl/utils/fsdp_utils.py`` (``apply_fsdp2``), which also gives untied embeddings
   and the output layer units of their own). Each rank then keeps ``1 / world_size``
   of every parameter, gradient and optimiser state.
-* :func:`full_state_dict` all-gathers the sharded weights into ordinary tensors:
-  our hybrid engine's switch from training to generation. veRL 0.9.1 gathers the same
-  way, one parameter at a time (``verl/workers/engine/fsdp/transformer_impl.py``
-  (``FSDPEngine.get_per_tensor_param``)), and then streams the tensors over CUDA IPC to
-  a vLLM or SGLang server in another process
+* :func:`copy_full_weights` all-gathers the sharded weights (one collective per FSDP
+  unit) and copies them into the plain rollout model: our hybrid engine's switch from
+  training to generation. veRL 0.9.1 gathers one parameter at a time
+  (``verl/workers/engine/fsdp/transformer_impl.py`` (``FSDPEngine.get_per_tensor_param``)),
+  and then streams the tensors over CUDA IPC to a vLLM or SGLang server in another process
   (``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.update_weights``)); we
-  load them into a rollout model in the same process instead.
+  copy them into a rollout model in the same process instead. :func:`full_state_dict`
+  returns the same weights as a state dict, gathered one tensor at a time.
+* :func:`device_mesh` builds veRL's mesh from ``fsdp_size``: every parameter split over
+  all ranks (the default), or over groups of ``fsdp_size`` ranks that are replicated.
 * :func:`save` / :func:`load` write and read a sharded checkpoint with
   ``torch.distributed.checkpoint`` (each rank writes its own shards), plus the
   per-rank random-number state, so a resumed run repeats the same samples.
@@ -37,7 +40,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 def ensure_process_group(worker, device: str) -> None:
@@ -51,8 +54,38 @@ def ensure_process_group(worker, device: str) -> None:
         worker.init_process_group(backend="nccl" if device == "cuda" else "gloo")
 
 
-def shard(model: torch.nn.Module, device: str) -> torch.nn.Module:
-    """Shard ``model`` in place with FSDP2 over all ranks; returns it.
+def device_mesh(device: str, fsdp_size: int = -1):
+    """The mesh FSDP2 shards over: all ranks, or replicas of ``fsdp_size``-rank shard groups.
+
+    ``fsdp_size`` < 0 or >= the world size: one dimension, ``("fsdp",)``, every parameter
+    split over all ranks (ZeRO-3). Otherwise two, ``("ddp", "fsdp")`` of shape
+    ``(world_size // fsdp_size, fsdp_size)``: each parameter is split over ``fsdp_size``
+    ranks and that group is replicated (HSDP); with ``fsdp_size=1`` every rank holds whole
+    parameters and the backward pass all-reduces gradients, as DDP does. veRL 0.9.1 builds
+    the same mesh from the same knob (``verl/workers/engine/fsdp/utils.py``
+    (``create_device_mesh``)).
+
+    Raises:
+        ValueError: ``fsdp_size`` is 0 or does not divide the world size.
+    """
+    world = dist.get_world_size()
+    if fsdp_size < 0 or fsdp_size >= world:
+        return init_device_mesh(device, (world,), mesh_dim_names=("fsdp",))
+    if fsdp_size == 0 or world % fsdp_size:
+        raise ValueError(
+            f"fsdp_size={fsdp_size} must divide the world size {world} (or be -1 to shard "
+            "over all ranks)"
+        )
+    return init_device_mesh(device, (world // fsdp_size, fsdp_size), mesh_dim_names=("ddp", "fsdp"))
+
+
+def shard(
+    model: torch.nn.Module,
+    device: str,
+    fsdp_size: int = -1,
+    reshard_after_forward: bool = True,
+) -> torch.nn.Module:
+    """Shard ``model`` in place with FSDP2 over the ranks of :func:`device_mesh`; returns it.
 
     ``model`` must have ``.model.layers`` (Hugging Face decoder layout) and fp32
     parameters. On GPU, forward and backward run in bf16 while the sharded fp32
@@ -60,15 +93,60 @@ def shard(model: torch.nn.Module, device: str) -> torch.nn.Module:
     reduced in fp32, veRL 0.9.1's default ``MixedPrecisionPolicy``
     (``verl/workers/engine/fsdp/transformer_impl.py`` (``FSDPEngine._build_fsdp_module``)):
     a small update such as ``1e-5 * g`` would vanish if added to bf16 weights directly.
+
+    Args:
+        fsdp_size: ranks each parameter is split over (-1: all); see :func:`device_mesh`.
+        reshard_after_forward: free the gathered parameters after the forward pass (and
+            gather them again for the backward), veRL's ``fsdp_config.reshard_after_forward``
+            (default True); False keeps them from forward to backward: one all-gather per
+            unit and optimiser step instead of two, for the memory of whole parameters.
+
+    Raises:
+        ValueError: ``fsdp_size`` does not divide the world size.
     """
-    mesh = init_device_mesh(device, (dist.get_world_size(),))
+    mesh = device_mesh(device, fsdp_size)
     policy = MixedPrecisionPolicy(
         param_dtype=torch.bfloat16 if device == "cuda" else None, reduce_dtype=torch.float32
     )
+    options = {"mesh": mesh, "mp_policy": policy, "reshard_after_forward": reshard_after_forward}
     for layer in model.model.layers:
-        fully_shard(layer, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy)
+        fully_shard(layer, **options)
+    fully_shard(model, **options)
     return model
+
+
+def copy_full_weights(sharded: torch.nn.Module, dest: torch.nn.Module) -> None:
+    """Copy the whole parameters of the FSDP2 module ``sharded`` into the plain ``dest``.
+
+    Every FSDP2 unit is unsharded at once (one all-gather per unit, all in flight
+    together), each parameter is copied into ``dest``'s parameter of the same name
+    (converted to its dtype), and the units are resharded. On every rank (a collective:
+    all ranks must call it). veRL 0.9.1 gathers one tensor at a time instead
+    (``verl/workers/engine/fsdp/transformer_impl.py`` (``FSDPEngine.get_per_tensor_param``)),
+    which bounds the memory of a 70B model; at this size one gather per unit is faster
+    than :func:`full_state_dict`'s one per tensor.
+
+    Raises:
+        ValueError: the two modules do not have the same parameter names.
+    """
+    units = [m for m in sharded.modules() if isinstance(m, FSDPModule)]
+    for handle in [unit.unshard(async_op=True) for unit in units]:
+        if handle is not None:
+            handle.wait()
+    try:
+        ours, theirs = dict(sharded.named_parameters()), dict(dest.named_parameters())
+        if ours.keys() != theirs.keys():
+            differ = sorted(ours.keys() ^ theirs.keys())
+            raise ValueError(
+                f"cannot copy weights: parameter names differ ({differ}); dest must be "
+                "built from the same model config as the sharded model"
+            )
+        with torch.no_grad():
+            for name, param in theirs.items():
+                param.copy_(ours[name])
+    finally:
+        for unit in units:
+            unit.reshard()
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
