@@ -12,6 +12,10 @@
 Every session installs with the one constraints file, so versions are pinned.
 """
 
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import nox
@@ -24,6 +28,37 @@ except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
 nox.options.sessions = ["tests", "docs", "lint"]
 nox.options.reuse_venv = "yes"
 nox.options.error_on_missing_interpreters = True
+# uv, where installed (.ci/run installs it), builds the environments in seconds rather than
+# the minute or two pip takes; without it, nox uses virtualenv and pip.
+nox.options.default_venv_backend = "uv|virtualenv"
+
+
+def hand_pip_settings_to_uv() -> None:
+    """uv does not read pip's configuration: pass on the find-links and extra indexes pip uses.
+
+    Only where uv is installed and the setting is not already given to uv. pip takes the best
+    version across all its indexes; ``UV_INDEX_STRATEGY=unsafe-best-match`` asks uv for the
+    same (its default stops at the first index that has the package).
+    """
+    if shutil.which("uv") is None:
+        return
+    listed = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
+    ).stdout
+    settings = {}
+    for line in listed.splitlines():  # e.g. global.find-links='/opt/wheels'
+        key, _, value = line.partition("=")
+        settings[key.rsplit(".", 1)[-1]] = value.strip("'\"")
+    for pip_key, uv_key in (
+        ("find-links", "UV_FIND_LINKS"),
+        ("extra-index-url", "UV_EXTRA_INDEX_URL"),
+    ):
+        if settings.get(pip_key):
+            os.environ.setdefault(uv_key, settings[pip_key])
+    os.environ.setdefault("UV_INDEX_STRATEGY", "unsafe-best-match")
+
+
+hand_pip_settings_to_uv()
 
 CONSTRAINTS = ("-c", "constraints.txt")
 # veRL 0.9.1 and TransferQueue, the upstreams the handbook explains, installed as test fixtures
