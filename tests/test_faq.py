@@ -1,4 +1,5 @@
-"""The FAQ answers every seed question, in both languages, and every link on it lands.
+"""The FAQ answers every seed question, and the questions asked when a run does not start,
+in both languages, and every link on it lands.
 
 The seed questions live next to the repository, in ``../shared/seed-questions.yaml``;
 their ids are kept in ``SEED_IDS`` so a clean clone (CI) checks the FAQ against them
@@ -24,7 +25,6 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 SEED_QUESTIONS = REPO.parent / "shared" / "seed-questions.yaml"
 FAQ = {"en": DOCS / "faq.md", "zh": DOCS / "faq.zh.md"}
-PLANNED = {"en": "A full chapter on this is planned", "zh": "完整章节正在编写中"}
 
 CODE_BLOCK = re.compile(r"^(\s*)(```|~~~).*?^\1\2\s*$", re.M | re.S)
 HEADING = re.compile(r"^#{1,6} +(?P<text>.*?)(?: *\{#(?P<id>[^}]+)\})? *$", re.M)
@@ -55,6 +55,24 @@ SEED_IDS = [
     "Q19-ray-architecture",
     "Q20-ray-throughput-claim",
 ]
+
+
+# The questions asked when a run does not start (the FAQ's last sections), each answered
+# from an entry of the troubleshooting chapter. Their ids start with T, so they never
+# clash with a seed id (Q..), and keep their numbers like the seed questions.
+TROUBLESHOOTING_IDS = [
+    "T01-run-waits-forever",
+    "T02-total-available-gpus",
+    "T03-half-the-gpus-idle",
+    "T04-gpu-ids-vs-cuda-0",
+    "T05-two-workers-one-gpu",
+    "T06-local-ray-instead-of-cluster",
+    "T07-num-cpus-on-a-cluster",
+    "T08-node-never-joined",
+    "T09-invalid-auth-token",
+    "T10-hang-with-every-actor-alive",
+]
+TROUBLESHOOTING = DOCS / "troubleshooting"
 
 
 @pytest.fixture(scope="module")
@@ -104,15 +122,50 @@ def anchors(page: Path) -> set[str]:
     return {m["id"] or slug(m["text"]) for m in HEADING.finditer(prose(page))}
 
 
+def test_question_ids_are_unique_and_never_clash():
+    ids = SEED_IDS + TROUBLESHOOTING_IDS
+    assert len({anchor_of(i) for i in ids}) == len(ids), "two questions share an anchor"
+    assert all(i.startswith("T") for i in TROUBLESHOOTING_IDS)
+    assert not any(i.startswith("T") for i in SEED_IDS)
+
+
 @pytest.mark.parametrize("lang", FAQ)
-def test_one_section_per_seed_question_in_order(lang, seed_ids):
+def test_one_section_per_question_in_order(lang, seed_ids):
+    """The seed questions first, in their order, then the troubleshooting questions."""
     page = FAQ[lang]
+    questions = seed_ids + TROUBLESHOOTING_IDS
     ids = [m["id"] for m in HEADING.finditer(prose(page)) if m["id"]]
-    assert ids == [anchor_of(s) for s in seed_ids], f"{page.name}: explicit ids {ids}"
-    for seed_id, text in zip(seed_ids, sections(page).values(), strict=True):
+    assert ids == [anchor_of(q) for q in questions], f"{page.name}: explicit ids {ids}"
+    for question, text in zip(questions, sections(page).values(), strict=True):
         heading = text.splitlines()[0]
-        assert heading.startswith(f"## {seed_id.split('-')[0]} "), heading
-        assert seed_id in text, f"{page.name}: section {anchor_of(seed_id)} never names {seed_id}"
+        assert heading.startswith(f"## {question.split('-')[0]} "), heading
+        asked = [p for p in text.split("\n\n") if p.startswith(QUESTION[lang])]
+        assert asked and f"`{question}`" in asked[0], (
+            f"{page.name}: the question of {anchor_of(question)} does not name {question}"
+        )
+
+
+def full_section_links(text: str, lang: str) -> list[str]:
+    """The links of a section's closing ``Full section:`` paragraph."""
+    return LINK.findall(text.split(FULL_SECTION[lang], 1)[1]) if FULL_SECTION[lang] in text else []
+
+
+@pytest.mark.parametrize("lang", FAQ)
+@pytest.mark.parametrize("question", TROUBLESHOOTING_IDS)
+def test_troubleshooting_questions_link_their_entry(lang, question):
+    """Each answer is a summary of a troubleshooting entry: it links that entry's anchor."""
+    text = sections(FAQ[lang])[anchor_of(question)]
+    entries = [
+        link
+        for link in full_section_links(text, lang)
+        if link.startswith("troubleshooting/") and "#" in link
+    ]
+    assert entries, f"{anchor_of(question)}: no link to an entry of docs/troubleshooting/"
+    for link in entries:
+        path, _, anchor = link.partition("#")
+        page = DOCS / path if lang == "en" else zh_twin(DOCS / path)
+        explicit = {m["id"] for m in HEADING.finditer(prose(page)) if m["id"]}
+        assert anchor in explicit, f"{anchor_of(question)}: {link}: no entry with that anchor"
 
 
 @pytest.mark.parametrize("lang", FAQ)
@@ -126,7 +179,7 @@ def test_every_section_links_to_another_page(lang):
 def test_every_link_lands_on_a_page_and_an_anchor(lang):
     for link in LINK.findall(prose(FAQ[lang])):
         path, _, anchor = link.partition("#")
-        target = DOCS / path
+        target = DOCS / path if path else FAQ["en"]  # `#t01`: a section of the FAQ itself
         assert target.is_file(), f"{FAQ[lang].name}: {link} points to no page under docs/"
         if lang == "zh":
             target = zh_twin(target)
@@ -134,12 +187,18 @@ def test_every_link_lands_on_a_page_and_an_anchor(lang):
             assert anchor in anchors(target), f"{FAQ[lang].name}: {link}: no such anchor"
 
 
-def test_planned_chapters_are_marked_in_both_languages():
-    planned = {
-        lang: [a for a, text in sections(page).items() if PLANNED[lang] in " ".join(text.split())]
-        for lang, page in FAQ.items()
-    }
-    assert planned["en"] == planned["zh"]
+def test_both_languages_answer_alike():
+    """Each question is answered under the same anchor in both languages, naming the same
+    id, and its answer links the same pages and anchors: a reader who switches language
+    lands on the same answer, with the same places to read on."""
+    english, chinese = sections(FAQ["en"]), sections(FAQ["zh"])
+    assert list(english) == list(chinese)
+    for anchor, text in english.items():
+        named = re.findall(r"\(`([QT]\d\d-[a-z0-9-]+)`\)", text)
+        assert named == re.findall(r"（`([QT]\d\d-[a-z0-9-]+)`）", chinese[anchor]), anchor
+        assert sorted(set(LINK.findall(text))) == sorted(set(LINK.findall(chinese[anchor]))), (
+            f"#{anchor}: the two languages link different pages or anchors"
+        )
 
 
 QUESTION = {"en": "**Question**", "zh": "**问题**"}
