@@ -1,6 +1,6 @@
 """Our GRPO pipeline against TRL's ``GRPOTrainer`` on one task for equal wall time, in one run.
 
-    python benchmarks/rlhf_vs_trl.py [--seconds 90] [--world-size 2] [--quick]
+    python benchmarks/rlhf_vs_trl.py [--seconds 90] [--world-size 2] [--quick] [--plot PNG]
 
 What is compared: RL on the digit-sum task (:mod:`reference_impl.rlhf.task`) with
 GRPO, run for the same wall-clock budget by
@@ -28,9 +28,9 @@ How they are matched (every knob comes from ``make_config("grpo", "cpu")``):
 * loss: clipped surrogate with ``clip_ratio`` (``epsilon``), advantages normalised by the
   group's std (``scale_rewards="group"``), token-mean over each mini-batch
   (``loss_type="bnpo"``), k3 KL to the warmed-up reference with ``kl_loss_coef``
-  (``beta``); the same optimiser as our actor's (``torch.optim.AdamW`` at ``actor_lr``
-  with torch's defaults, passed to TRL), a constant learning rate, gradient clipping at
-  ``grad_clip``;
+  (``beta``); the same optimiser as our actor's (``make_optimizer``: fused
+  ``torch.optim.AdamW`` at ``actor_lr`` with torch's defaults, passed to TRL), a constant
+  learning rate, gradient clipping at ``grad_clip``;
 * rollout: ``max_new_tokens`` tokens (``max_completion_length``), temperature and top-p
   from the config, no top-k; the reward is ``DigitSumTask.score_responses`` on token ids.
 
@@ -78,6 +78,7 @@ from reference_impl.rlhf.model import build_actor, load_model, qwen2_config
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.rlhf.trainer import RLHFTrainer
+from reference_impl.rlhf.workers import make_optimizer
 
 LAST = 5  # steps the final reward is averaged over, as the trainer's target_score
 
@@ -94,6 +95,7 @@ class Run:
     tokens: int = 0
     scores: list[float] = field(default_factory=list)
     exact: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)  # perf_counter() at the end of each RL step
     first_start: float = math.nan
     last_end: float = math.nan
     load: float = math.nan  # the 1-minute load average when RL ended, its own processes included
@@ -114,6 +116,10 @@ class Run:
         """The mean score of the ``LAST`` RL steps ending with step ``step`` (1-based)."""
         window = self.scores[max(0, step - LAST) : step]
         return sum(window) / len(window)
+
+    def curve(self) -> tuple[list[float], list[float]]:
+        """(seconds of RL at the end of each step, that step's critic/score/mean)."""
+        return [end - self.first_start for end in self.ends], self.scores
 
     @property
     def exact_match(self) -> float:
@@ -155,6 +161,7 @@ def run_ours(config: RLHFConfig) -> Run:
     run.scores = [m["critic/score/mean"] for m in history]
     run.exact = [m["reward/exact_match"] for m in history]
     run.first_start, run.last_end = trainer.stamps[0][0], trainer.stamps[-1][1]
+    run.ends = [end for _, end in trainer.stamps]
     return run
 
 
@@ -203,7 +210,7 @@ def format_warmup(model, config: RLHFConfig, data_rng: torch.Generator) -> tuple
     ids = torch.cat([prompts, tokenizer.digit_ids()[digits], eos], dim=1)
     shards = ids.chunk(config.world_size)
     prompt_length = prompts.shape[1]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.warmup_lr)
+    optimizer = make_optimizer(model, config.warmup_lr)
     model.train()
     for step in range(config.warmup_steps):
         losses = []
@@ -299,6 +306,7 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
             run.last_end = time.perf_counter()
             if state.global_step % updates_per_generation == 0:
                 run.steps = state.global_step // updates_per_generation
+                run.ends.append(run.last_end)
                 if run.last_end - run.first_start >= seconds:
                     control.should_training_stop = True
 
@@ -351,8 +359,9 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
         train_dataset=dataset,
         processing_class=hf_tokenizer,
         callbacks=[Budget()],
-        # Our actor's optimiser: Trainer's own would exempt biases and norms from decay.
-        optimizers=(torch.optim.AdamW(policy.parameters(), lr=config.actor_lr), None),
+        # Our actor's optimiser (fused AdamW): Trainer's own would exempt biases and norms
+        # from decay.
+        optimizers=(make_optimizer(policy, config.actor_lr), None),
     )
     # With tqdm off, Trainer prints every step's log dict; the table is the output here.
     trainer.remove_callback(PrinterCallback)
@@ -412,6 +421,31 @@ def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> None:
         print("ours/TRL exact match at equal wall time: n/a (TRL's is 0)")
 
 
+def plot_curves(ours: Run, trl: Run, path: str, title: str) -> None:
+    """Both reward curves against seconds of RL into ``path`` (PNG): each step's score, faint,
+    and its mean over the last ``LAST`` steps (the figure the ratios compare)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
+    for run, color in ((ours, "tab:blue"), (trl, "tab:orange")):
+        seconds, scores = run.curve()
+        mean = [run.reward_at(step) for step in range(1, len(scores) + 1)]
+        ax.plot(seconds, scores, color=color, alpha=0.3, linewidth=0.8)
+        ax.plot(seconds, mean, color=color, label=f"{run.name}: {run.steps} steps")
+    ax.set_xlabel("seconds of RL (warm-up and start-up excluded)")
+    ax.set_ylabel(f"critic/score/mean (mean of {LAST} steps)")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=90.0, help="RL wall time per system")
@@ -419,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="15 s per system (for the tests)")
     parser.add_argument(
         "--trl-threads", type=int, default=0, help="torch threads for TRL (default: torch's)"
+    )
+    parser.add_argument(
+        "--plot", metavar="PNG", help="write both reward curves against wall time to this file"
     )
     args = parser.parse_args(argv)
     seconds = 15.0 if args.quick else args.seconds
@@ -436,6 +473,14 @@ def main(argv: list[str] | None = None) -> int:
         ours = run_ours(config)
         trl = run_trl(config, seconds, workdir, args.trl_threads)
     report(ours, trl, config, seconds)
+    if args.plot:
+        stamp = time.strftime("%Y-%m-%d")
+        title = (
+            f"GRPO on digit-sum, {seconds:g} s of RL each, {os.cpu_count()} CPUs, {stamp} "
+            f"(benchmarks/rlhf_vs_trl.py)"
+        )
+        plot_curves(ours, trl, args.plot, title)
+        print(f"reward curves: {args.plot}")
     return 0
 
 

@@ -68,6 +68,11 @@ class RLHFTrainer:
         ConfigError: if the cluster lacks the GPUs the config asks for.
     """
 
+    # The roles' classes; a subclass may swap in its own (benchmarks/rlhf_profile.py does,
+    # to time each call inside the workers).
+    actor_worker_cls = ActorRolloutRefWorker
+    critic_worker_cls = CriticWorker
+
     def __init__(self, config: RLHFConfig) -> None:
         self.config = config
         self.tokenizer = CharTokenizer()
@@ -83,8 +88,8 @@ class RLHFTrainer:
         check(c, gpus_available=ray.cluster_resources().get("GPU", 0))
         use_gpu = c.device == "cuda"
         args = (c.to_dict(),)
-        actor_cls = RayClassWithInitArgs(ActorRolloutRefWorker, *args)
-        critic_cls = RayClassWithInitArgs(CriticWorker, *args)
+        actor_cls = RayClassWithInitArgs(self.actor_worker_cls, *args)
+        critic_cls = RayClassWithInitArgs(self.critic_worker_cls, *args)
         if c.use_critic and c.layout == "colocated":
             # One process per rank holds both roles (veRL's default layout).
             pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
