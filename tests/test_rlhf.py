@@ -99,15 +99,48 @@ def test_kv_cache_generation_equals_recomputing_the_whole_sequence(tiny_model):
     assert torch.equal(out["responses"][mask], ids[:, prompts.shape[1] :][mask])
 
 
-def test_generation_stops_at_eos_and_masks_what_follows(tiny_model):
+def eos_prone_model(eos_probability: float):
+    """The cpu-preset model with an output layer that ignores the input: every step samples
+    EOS with ``eos_probability`` and each other token uniformly (a zero weight, a bias).
+
+    EOS is then certain to appear, at every position, whatever the random initial weights:
+    a test of EOS handling that cannot pass by the model never emitting EOS.
+    """
+    config = qwen2_config(PRESETS["cpu"], TOK.vocab_size, PAD, TOK.bos_token_id, EOS)
+    config.tie_word_embeddings = False
+    model = build_actor(config, seed=0).eval()
+    head = torch.nn.Linear(config.hidden_size, TOK.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        others = (1 - eos_probability) / (TOK.vocab_size - 1)
+        head.bias.fill_(math.log(others))
+        head.bias[EOS] = math.log(eos_probability)
+    model.lm_head = head
+    return model
+
+
+def test_generation_stops_at_eos_and_masks_what_follows():
+    model = eos_prone_model(0.35)
     prompts, _ = TASK.make_prompts(TOK, 64, torch.Generator().manual_seed(1))
-    out = generate(tiny_model, prompts, 6, EOS, PAD, generator=torch.Generator().manual_seed(2))
-    for response, mask in zip(out["responses"], out["response_mask"], strict=True):
-        length = int(mask.sum())
-        if (response[:length] == EOS).any():
-            assert response[length - 1] == EOS and (response[: length - 1] != EOS).all()
-        assert (response[length:] == PAD).all()
-    assert out["input_ids"].shape == (64, prompts.shape[1] + 6)
+    length = 6
+    out = generate(model, prompts, length, EOS, PAD, generator=torch.Generator().manual_seed(2))
+    responses, mask = out["responses"], out["response_mask"]
+    is_eos = responses == EOS
+    first_eos = torch.where(is_eos.any(-1), is_eos.int().argmax(-1), length)
+    # The forced distribution puts EOS everywhere: first at step 1, in the middle, never.
+    assert {0, 2, length} <= set(first_eos.tolist()), first_eos.tolist()
+    for row in range(len(responses)):
+        stop = int(first_eos[row])
+        kept = min(stop + 1, length)  # up to and including EOS; all of a cut response
+        assert mask[row].tolist() == [1] * kept + [0] * (length - kept), row
+        assert (responses[row, kept:] == PAD).all(), row  # nothing sampled after EOS
+        assert (responses[row, :stop] != EOS).all()
+    prompt_length = prompts.shape[1]
+    assert torch.equal(out["attention_mask"][:, prompt_length:], mask)
+    assert torch.equal(out["input_ids"], torch.cat([prompts, responses], dim=1))
+    # The reward sees what the mask says: a cut response (no EOS) is malformed.
+    scores, _ = TASK.score_responses(responses, torch.full((64,), 9), TOK)
+    assert (scores[first_eos == length] == 0).all()
 
 
 def test_recomputed_log_probs_are_normalised(tiny_model):
@@ -125,6 +158,26 @@ def test_recomputed_log_probs_are_normalised(tiny_model):
     assert log_probs.shape == entropy.shape == (4, 3)
     assert (log_probs <= 0).all() and (entropy >= 0).all()
     assert (entropy <= math.log(TOK.vocab_size) + 1e-5).all()
+
+
+def test_log_probs_of_a_response_token_come_from_the_logits_one_position_earlier(tiny_model):
+    # Computed independently: token t of the sequence is scored by the model run on tokens
+    # 0 .. t-1 alone, its last logit divided by the temperature. A window shifted by one
+    # (the logit at t scoring token t) gives other numbers, not just other bounds.
+    prompts, _ = TASK.make_prompts(TOK, 3, torch.Generator().manual_seed(5))
+    out = generate(tiny_model, prompts, 4, EOS, PAD, generator=torch.Generator().manual_seed(6))
+    ids, temperature = out["input_ids"], 0.7
+    prompt_length = prompts.shape[1]
+    with torch.no_grad():
+        got = response_log_probs(
+            tiny_model, ids, torch.ones_like(ids), out["position_ids"], 4, temperature
+        )
+        want = torch.empty(3, 4)
+        for j in range(4):
+            t = prompt_length + j
+            logits = tiny_model(input_ids=ids[:, :t]).logits[:, -1].float() / temperature
+            want[:, j] = logits.log_softmax(-1).gather(-1, ids[:, t : t + 1]).squeeze(-1)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
 
 # --- configuration errors -------------------------------------------------------------------
@@ -187,6 +240,40 @@ def test_cli_reports_a_bad_config_and_exits_2():
     )
     assert done.returncode == 2
     assert "GRPO normalises within groups" in done.stderr
+
+
+# --- the gpu preset's shape, on CPU ----------------------------------------------------------
+
+
+def test_gpu_preset_shape_takes_an_update_step_on_cpu(tmp_path):
+    """The gpu preset (Qwen2.5-0.5B's shape, its learning rates) through the real workers:
+    Ray WorkerGroup, FSDP2 over gloo, one warm-up step and one GRPO step, on CPU in fp32.
+
+    A shape or config mistake in the preset fails here on every machine, not first on a GPU.
+    One rank: the model has 358M parameters (this task's vocabulary is 15 tokens), so the
+    worker holds the actor (1.4 GB in fp32), its gradients (1.4 GB), AdamW's two moments
+    (2.9 GB), the reference (1.4 GB) and the rollout copy (1.4 GB): about 9 GB, which fits
+    this 23 GB machine beside other jobs; two ranks would add a second rollout copy and
+    the gathered parameters of each, about 13 GB. Batch: 2 prompts x 2 responses.
+    """
+    config = make_config("grpo", "gpu")
+    assert (config.device, config.world_size) == ("cuda", 1)  # the preset is for GPUs
+    small = ["train_batch_size=2", "n=2", "ppo_mini_batch_size=2", "ppo_epochs=1"]
+    sets = [arg for item in ["device=cpu", "warmup_steps=1", *small] for arg in ("--set", item)]
+    start = time.monotonic()
+    process = run_cli(
+        tmp_path, "--preset", "gpu", "--algo", "grpo", "--total-steps", "1", *sets, wait=False
+    )
+    output, _ = process.communicate(timeout=240)
+    assert process.returncode == 0, output[-3000:]
+    rows = metrics(tmp_path)
+    assert [r["step"] for r in rows] == [0, 1]
+    step = rows[1]
+    assert step["perf/total_num_tokens"] == 4 * 4 + step["response_length/mean"] * 4
+    for name in ("actor/grad_norm", "actor/pg_loss", "actor/kl_loss", "perf/mfu/actor"):
+        assert math.isfinite(step[name]), (name, step[name])
+    assert step["actor/grad_norm"] > 0
+    print(f"gpu preset on CPU: {time.monotonic() - start:.0f} s")
 
 
 # --- the loop on Ray ------------------------------------------------------------------------

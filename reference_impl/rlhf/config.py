@@ -36,6 +36,9 @@ class RLHFConfig:
 
     algo: str = "grpo"  # "grpo" or "ppo"
     preset: str = "cpu"  # "cpu" or "gpu": model shape, dtype and device
+    # "cuda" (the gpu preset's: NCCL, bf16 compute) or "cpu" (gloo, fp32); veRL's
+    # trainer.device. --preset gpu --set device=cpu runs the gpu preset's shape on CPU.
+    device: str = "cpu"
     output_dir: str = "runs/rlhf"
     seed: int = 0
     # --- task and data ---
@@ -95,10 +98,6 @@ class RLHFConfig:
     @property
     def model_shape(self) -> ModelShape:
         return PRESETS[self.preset]
-
-    @property
-    def device(self) -> str:
-        return "cuda" if self.preset == "gpu" else "cpu"
 
     @property
     def process_on_nodes(self) -> list[int]:
@@ -165,7 +164,13 @@ MINIMUMS = {
     "nnodes": 1,
     "save_freq": 0,  # 0: never save
 }
-GPU_PRESET = {"warmup_lr": 1e-3, "actor_lr": 1e-5, "critic_lr": 1e-5, "world_size": 1}
+GPU_PRESET = {
+    "device": "cuda",
+    "warmup_lr": 1e-3,
+    "actor_lr": 1e-5,
+    "critic_lr": 1e-5,
+    "world_size": 1,
+}
 # The cpu model is 1.6 MB: splitting it over the ranks saves nothing and costs a collective
 # per FSDP unit per forward and backward, where every rank waits for the slowest. With
 # fsdp_size=1 each rank keeps whole parameters (FSDP2 over a ("ddp", "fsdp") mesh) and
@@ -240,6 +245,8 @@ def check(config: RLHFConfig, gpus_available: int | None = None) -> None:
             f"max_new_tokens={config.max_new_tokens} leaves no room for {config.num_digits} "
             f"digits and EOS; set it to at least {config.num_digits + 1}"
         )
+    if config.device not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'cpu' or 'cuda', got {config.device!r}")
     if config.layout not in ("colocated", "separate"):
         raise ConfigError(f"layout must be 'colocated' or 'separate', got {config.layout!r}")
     if config.time_limit_s < 0 or config.target_score < 0:
