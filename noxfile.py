@@ -8,6 +8,7 @@
     nox -s browser   the built site in headless Chromium (every page, both languages), links
     nox -s upstream  citations of veRL 0.9.1 and Ray 2.60.0 resolve; the veRL chapter on veRL itself
     nox -s upstream_drift   the same against the newest veRL on the package index (report only)
+    nox -s gpu       what needs CUDA: GPU doc blocks, a gpu-preset learning run, MFU, rollout speed
 
 Every session installs with the one constraints file, so versions are pinned.
 """
@@ -236,3 +237,33 @@ def lint(session: nox.Session) -> None:
     session.install(*CONSTRAINTS, "ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+# The marker the doc-block harness reads (tests/docblocks/blocks.py): a python block that
+# runs only where CUDA is present, and is skipped elsewhere.
+GPU_BLOCK = "<!-- block: gpu -->"
+
+
+@nox.session
+def gpu(session: nox.Session) -> None:
+    """Everything that needs CUDA, each result printed as one line; skipped without CUDA.
+
+    1. the pages with GPU-only python blocks (marker ``<!-- block: gpu -->``), whole, since
+       their blocks share a namespace (the harness skips a gpu block only without CUDA);
+    2. benchmarks/rlhf_gpu.py: GRPO on the gpu preset (Qwen2.5-0.5B's shape) must reach
+       critic/score/mean >= 0.9 within 600 s, start-up included; that run's perf/mfu/actor
+       against the GPU's dense bf16 peak; our rollout's tokens/s against transformers'
+       generate on the same model (benchmarks/rlhf_generation.py).
+
+    Where torch.cuda.is_available() is False the session says so and skips (exit 0).
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test,rlhf,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    probe = "import torch; print(torch.cuda.is_available())"
+    if session.run("python", "-c", probe, silent=True).strip() != "True":
+        session.skip("no CUDA: torch.cuda.is_available() is False on this machine")
+    english = (p for p in sorted(Path("docs").rglob("*.md")) if not p.name.endswith(".zh.md"))
+    pages = [str(p) for p in english if GPU_BLOCK in p.read_text(encoding="utf-8")]
+    # -rs lists any skipped item with its reason.
+    session.run("pytest", *pages, "-n", "0", "-rs", *session.posargs)
+    session.run("python", "benchmarks/rlhf_gpu.py")
