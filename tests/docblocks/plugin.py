@@ -202,7 +202,8 @@ def label(parsed) -> str:
     if isinstance(parsed, PythonBlock):
         return "gpu-only python" if parsed.gpu else "python"
     if isinstance(parsed, ExpectedOutput):
-        return "output"
+        listed = isinstance(parsed.source_block, ListedBlock)
+        return "output, listed difference" if listed else "output"
     if isinstance(parsed, ShellBlock):
         return parsed.language  # "console" or "bash"
     if isinstance(parsed, FileBlock):
@@ -232,6 +233,7 @@ ROWS = (
     ("file", "file blocks written for the commands that use them"),
     ("data", "data blocks parsed"),
     ("python, listed difference", "listed differences (each must differ on veRL)"),
+    ("output, listed difference", "their output blocks (each must differ, or its block raise)"),
     ("unmarked", "unmarked blocks (each fails)"),
 )
 
