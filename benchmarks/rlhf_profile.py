@@ -119,6 +119,10 @@ class ProfiledActor(ActorRolloutRefWorker):
         self.profiling = on
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def take_records(self) -> list:
         records, self.records = getattr(self, "records", []), []
         return records
@@ -165,11 +169,11 @@ def breakdown(steps: list[dict], ranks: list[list], ops: list[list]) -> dict[str
     return table
 
 
-def report(table: dict[str, dict], step_s: float, config, steps: int) -> None:
+def report(table: dict[str, dict], step_s: float, config, steps: int, threads: list) -> None:
     total = sum(sum(row.values()) for row in table.values())
     print(
-        f"GRPO, cpu preset, {config.world_size} workers x {torch.get_num_threads()} torch "
-        f"thread(s) on the driver / 1 per worker, fsdp_size={config.fsdp_size}: median of "
+        f"GRPO, cpu preset, {config.world_size} workers (torch threads per worker: {threads}; "
+        f"the driver's: {torch.get_num_threads()}), fsdp_size={config.fsdp_size}: median of "
         f"{steps} steps, {step_s:.3f} s a step"
     )
     width = max(len(s) for s in table)
@@ -209,6 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             trainer.init_workers()
             trainer.fit(progress=False)
             wg = trainer.actor_rollout_wg
+            threads = wg.torch_threads()
             wg.take_records()  # the warm-up steps: not counted
             wg.set_profiling(True)
             for _ in range(3):
@@ -221,7 +226,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict]:
             trainer.shutdown()
             ray.shutdown()
     table = breakdown(steps, ranks, ops)
-    report(table, statistics.median(m["timing_s/step"] for m in steps), config, args.steps)
+    step_s = statistics.median(m["timing_s/step"] for m in steps)
+    report(table, step_s, config, args.steps, threads)
     return table
 
 

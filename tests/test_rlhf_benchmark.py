@@ -1,4 +1,5 @@
-"""The GRPO benchmark against TRL runs (in its quick mode) and reports both systems and the ratios.
+"""The GRPO benchmark against TRL runs (in its quick mode) and reports both systems and the ratios;
+the step profile accounts for a whole step.
 
 Who is faster or learns more is printed, not asserted: a 15-second run on a shared
 machine says nothing reliable about that.
@@ -17,14 +18,15 @@ BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "rlhf_vs_trl.py
 
 # Minutes of CPU for both trainers: it runs with the learning runs, in `nox -s rlhf`.
 @pytest.mark.rlhf
-def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios():
+def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios(tmp_path):
     # TRL and its dependencies are not dependencies of reference_impl.
     for module in ("trl", "transformers", "datasets", "tokenizers"):
         pytest.importorskip(module)
+    plot = tmp_path / "curves.png"
     done = subprocess.run(
         # One torch thread for TRL: its default of one per core can stall for minutes
         # when other processes share the cores, and this test only checks the report.
-        [sys.executable, str(BENCHMARK), "--quick", "--trl-threads", "1"],
+        [sys.executable, str(BENCHMARK), "--quick", "--trl-threads", "1", "--plot", str(plot)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -39,6 +41,32 @@ def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios():
         assert match, f"no ours/TRL {what} ratio in:\n{out}"
         ratio = float(match.group(1))
         assert math.isfinite(ratio) and ratio > 0, (what, ratio)
+    # Both reward curves, drawn from the run's own per-step records.
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+@pytest.mark.rlhf
+def test_step_profile_accounts_for_every_stage_and_cost():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARK.with_name("rlhf_profile.py")), "--steps", "3"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    print(done.stdout)
+    rows = {}
+    for line in done.stdout.splitlines():
+        cells = re.findall(r"(\d+)%", line)
+        if len(cells) == 6:  # share of the step, then the five costs
+            rows[line.split("  ")[0].strip()] = [int(c) for c in cells]
+    stages = {"gen", "old_log_prob", "ref", "update_actor", "driver: reward, adv, batches"}
+    assert set(rows) == stages | {"all"}, done.stdout
+    assert rows["all"][0] == 100
+    # Each row's costs add up to its share, and the stages to the whole, up to rounding.
+    for name, (share, *costs) in rows.items():
+        assert abs(sum(costs) - share) <= 3, (name, share, costs)
+    assert abs(sum(rows[s][0] for s in stages) - 100) <= 3, rows
 
 
 @pytest.mark.rlhf
