@@ -17,7 +17,9 @@ return one ``ObjectRef`` per rank); ``*_sync`` waits.
 Follows ``verl/single_controller/ray/base.py`` (``RayWorkerGroup``, ``RayClassWithInitArgs``,
 ``func_generator``) and ``verl/single_controller/base/worker_group.py`` (``WorkerGroup``) in
 veRL 0.9.1.
-Differences: failures name the group, the rank and the method; a DataProto
+Differences: a failure is reported as soon as any rank fails and names the
+group, the rank and the method (the rank that died, when one did, not a peer
+whose collective failed because of it); a DataProto
 that does not split is padded only when asked; execution on rank zero passes
 rank 0's share of the dispatched arguments (veRL passes the per-rank lists).
 """
@@ -29,6 +31,7 @@ from collections import defaultdict
 from typing import Any
 
 import ray
+from ray.exceptions import RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from reference_impl.data_proto import (
@@ -263,36 +266,105 @@ class RayWorkerGroup:
         return self.execute_rank_zero_async(method_name, *args, **kwargs)
 
     def get(self, refs: list[ray.ObjectRef], method: str, timeout_s: float | None = None) -> list:
-        """``ray.get`` the per-rank results; a failure names the group, the rank and the method.
+        """Wait for the per-rank results; report the first failure at once, naming the rank.
+
+        Args:
+            refs: one ``ObjectRef`` per rank, in rank order (or rank 0's alone).
+            method: the worker method's name, for the message.
+            timeout_s: seconds to wait for all ranks; ``None`` waits as long as they run.
+
+        Returns:
+            The results, in the order of ``refs``: veRL's ``ray.get(refs)``
+            (``verl/single_controller/ray/base.py`` (``RayWorkerGroup.execute_all_sync``)).
 
         Raises:
-            WorkerDiedError: a rank's process is dead.
-            WorkerGroupError: a rank raised (the original is the ``__cause__``),
-                or did not answer within ``timeout_s``.
+            WorkerDiedError: a rank's process died. When one rank dies and its peers then
+                fail because of it (gloo: "Connection closed by peer"), the rank named is
+                the one that died, and the peers' errors follow in the message.
+            WorkerGroupError: a rank raised (the original is the ``__cause__``), or some
+                ranks did not answer within ``timeout_s`` (they are named).
         """
         try:
-            return ray.get(refs, timeout=timeout_s)  # the fast path: one call for all ranks
-        except (ray.exceptions.RayError, TimeoutError):
-            pass
-        for rank, ref in enumerate(refs):  # find the rank that failed, and say so
-            where = f"worker group {self.name_prefix!r}, rank {rank} ({self._worker_names[rank]})"
+            # One get for all ranks, as veRL does. Ray ends a get of several refs at the
+            # first one that failed, whichever rank it is, so a rank killed 2 s into a
+            # 20 s call is reported at 2 s, not when rank 0 is done.
+            return ray.get(refs, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError as err:
+            _, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            late = [self._where(refs.index(ref)) for ref in pending]
+            raise WorkerGroupError(
+                f"{'; '.join(late)}: {method}() did not return within {timeout_s} s"
+            ) from err
+        except ray.exceptions.RayError as err:
+            error, cause = self._failure(refs, method, err)
+        raise error from cause
+
+    # How long a failed call waits for the other ranks' outcomes before it names a rank.
+    # A rank killed inside a collective makes its peers raise at once (gloo: "Connection
+    # closed by peer"), and Ray may report that before it reports the death itself; the
+    # rank to name is the one that died. Measured here: the death follows within 0.1 s.
+    DEATH_GRACE_S = 2.0
+
+    def _where(self, rank: int) -> str:
+        return f"worker group {self.name_prefix!r}, rank {rank} ({self._worker_names[rank]})"
+
+    def _failure(
+        self, refs: list[ray.ObjectRef], method: str, first: ray.exceptions.RayError
+    ) -> tuple[WorkerGroupError, ray.exceptions.RayError]:
+        """The error to raise for a failed call, and its cause: a rank that died, if one did,
+        else the lowest rank that raised."""
+        failed, running = self._outcomes(refs)
+        if not any(isinstance(e, ray.exceptions.RayActorError) for e in failed.values()):
+            # Only errors raised by the methods so far: give a death that caused them the
+            # grace window to arrive (the wait ends early when every rank has answered).
+            ray.wait(refs, num_returns=len(refs), timeout=self.DEATH_GRACE_S, fetch_local=False)
+            failed, running = self._outcomes(refs)
+        if not failed:  # pragma: no cover - the get raised, so some ref failed
+            return WorkerGroupError(
+                f"worker group {self.name_prefix!r}: {method}() failed: {first}"
+            ), first
+        died = [rank for rank, e in failed.items() if isinstance(e, ray.exceptions.RayActorError)]
+        rank = died[0] if died else min(failed)
+        named = _one_line(failed[rank])
+        others = [
+            f"rank {r} ({'the same' if _one_line(e) == named else _one_line(e)})"
+            for r, e in sorted(failed.items())
+            if r != rank
+        ]
+        still = f" Still running: rank(s) {running}." if running else ""
+        if died:
+            message = (
+                f"{self._where(rank)} died during {method}(). Its state is lost; read its log "
+                "(the dashboard, or `ray logs`), then recreate the group and resume from your "
+                "last checkpoint."
+            )
+            if others:
+                message += (
+                    f" Other ranks failed too, after it or because of it: {'; '.join(others)}."
+                )
+            error: WorkerGroupError = WorkerDiedError(message + still)
+        else:
+            cause = failed[rank].cause if isinstance(failed[rank], RayTaskError) else failed[rank]
+            message = f"{self._where(rank)}: {method}() raised {type(cause).__name__}: {cause}"
+            if others:
+                message += f". Other ranks failed too: {'; '.join(others)}"
+            error = WorkerGroupError(message + ("." + still if still else ""))
+        return error, failed[rank]
+
+    @staticmethod
+    def _outcomes(refs: list[ray.ObjectRef]) -> tuple[dict[int, ray.exceptions.RayError], list]:
+        """``{rank: error}`` for the refs that have failed by now, and the ranks still running."""
+        ready, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        failed = {}
+        for ref in ready:
             try:
-                ray.get(ref, timeout=0 if timeout_s is not None else None)
-            except ray.exceptions.RayActorError as err:
-                raise WorkerDiedError(
-                    f"{where} died during {method}(). Its state is lost; read its log "
-                    "(the dashboard, or `ray logs`), then recreate the group and resume "
-                    "from your last checkpoint."
-                ) from err
-            except ray.exceptions.GetTimeoutError as err:
-                raise WorkerGroupError(
-                    f"{where}: {method}() did not return within {timeout_s} s"
-                ) from err
-            except ray.exceptions.RayTaskError as err:
-                raise WorkerGroupError(
-                    f"{where}: {method}() raised {type(err.cause).__name__}: {err.cause}"
-                ) from err
-        raise AssertionError("ray.get failed but no rank did")  # pragma: no cover
+                # Ready but maybe on another node: a result may take a moment to fetch.
+                ray.get(ref, timeout=30)
+            except ray.exceptions.GetTimeoutError:
+                continue  # a large result still on its way is no failure
+            except ray.exceptions.RayError as err:
+                failed[refs.index(ref)] = err
+        return failed, sorted(refs.index(ref) for ref in pending)
 
     # --- a registered method: dispatch -> execute -> collect -----------------
 
@@ -379,3 +451,11 @@ class RayWorkerGroup:
             group._bind_registered_methods(self._role_classes[role])
             roles[role] = group
         return roles
+
+
+def _one_line(err: ray.exceptions.RayError) -> str:
+    """``Type: message`` of a rank's error on one line: the method's own exception for a
+    ``RayTaskError``, Ray's error otherwise (its first line; Ray's run on for a screen)."""
+    cause = err.cause if isinstance(err, RayTaskError) else err
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}"

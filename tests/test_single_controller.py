@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
+import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,6 +152,37 @@ class Accumulator(Worker):
     def fail(self):
         raise KeyError("a bad key")
 
+    @register(Dispatch.ONE_TO_ALL)
+    def nap(self, seconds):
+        time.sleep(seconds)
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def survivor_reports_first(self, rank_one_dies_after_s):
+        """Rank 0 raises at once, as a peer of a dead rank does; rank 1 dies a moment later."""
+        if self.rank == 0:
+            raise RuntimeError("Connection closed by peer")
+        time.sleep(rank_one_dies_after_s)
+        os._exit(1)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def raise_on_one_while_zero_naps(self, seconds):
+        if self.rank == 1:
+            raise ValueError("rank one refuses")
+        time.sleep(seconds)
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def all_reduce_late_on_rank_one(self, marker_dir, rank_one_waits_s):
+        """Each rank joins gloo and says so in ``marker_dir``; rank 1 then waits, rank 0 reduces."""
+        self.init_process_group(backend="gloo", timeout_s=60)
+        Path(marker_dir, f"joined-{self.rank}").touch()
+        if self.rank == 1:
+            time.sleep(rank_one_waits_s)
+        t = torch.ones(1)
+        torch.distributed.all_reduce(t)  # rank 0 waits here for rank 1
+        return t.item()
+
 
 def group(pool_, cls=Accumulator, *args, **kwargs):
     return RayWorkerGroup(pool_, RayClassWithInitArgs(cls, *args, **kwargs))
@@ -242,6 +277,84 @@ def test_dead_worker_names_group_rank_and_method(pool):
     wg = group(pool((2,)))
     with pytest.raises(WorkerDiedError, match=r"rank 1 .*die_on_rank_one\(\)"):
         wg.die_on_rank_one()
+
+
+def kill_later(pid: int, when) -> tuple[threading.Thread, list[float]]:
+    """SIGKILL ``pid`` from a thread once ``when()`` is true; the list gets the kill's time."""
+    killed_at: list[float] = []
+
+    def run():
+        deadline = time.monotonic() + 60
+        while not when() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        killed_at.append(time.monotonic())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, killed_at
+
+
+@pytest.mark.timeout(90)
+def test_a_rank_killed_mid_call_is_reported_at_once_and_named(pool):
+    wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Accumulator), name_prefix="nap")
+    pid = wg.identity()[1]["pid"]
+    start = time.monotonic()
+    thread, killed_at = kill_later(pid, lambda: time.monotonic() - start > 2.0)
+    with pytest.raises(WorkerDiedError, match=r"rank 1 \(napAccumulator_0:1\) died during nap\(\)"):
+        wg.nap(20)  # rank 0 sleeps on for 18 s after rank 1 dies
+    reported_after = time.monotonic() - killed_at[0]
+    thread.join()
+    assert reported_after < 5.0, f"reported {reported_after:.1f} s after the kill"
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_killed_in_a_gloo_collective_is_named_not_the_survivor(pool, tmp_path):
+    """Rank 0 sees gloo's "Connection closed by peer" first; the error names rank 1, which died."""
+    wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Accumulator), name_prefix="gloo")
+    pid = wg.identity()[1]["pid"]
+    joined = [tmp_path / "joined-0", tmp_path / "joined-1"]
+    joined_at: list[float] = []
+
+    def rank_zero_is_reducing() -> bool:  # both joined, and rank 0 had 0.5 s to enter all_reduce
+        if not joined_at and all(p.exists() for p in joined):
+            joined_at.append(time.monotonic())
+        return bool(joined_at) and time.monotonic() - joined_at[0] > 0.5
+
+    thread, killed_at = kill_later(pid, rank_zero_is_reducing)
+    with pytest.raises(WorkerDiedError) as failure:
+        wg.all_reduce_late_on_rank_one(str(tmp_path), 30)
+    reported_after = time.monotonic() - killed_at[0]
+    thread.join()
+    message = str(failure.value)
+    assert re.search(
+        r"rank 1 \(glooAccumulator_0:1\) died during all_reduce_late_on_rank_one", message
+    )
+    assert reported_after < 5.0, f"reported {reported_after:.1f} s after the kill"
+
+
+@pytest.mark.timeout(60)
+def test_a_death_just_after_a_peer_raised_is_what_is_reported(pool):
+    """The survivor's error reaches the driver 0.5 s before the death: the death is named."""
+    wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Accumulator), name_prefix="late")
+    wg.identity()  # both processes are up: the two outcomes are 0.5 s apart, not a start-up
+    with pytest.raises(WorkerDiedError) as failure:
+        wg.survivor_reports_first(0.5)
+    message = str(failure.value)
+    assert "rank 1 (lateAccumulator_0:1) died during survivor_reports_first()" in message
+    assert "rank 0 (RuntimeError: Connection closed by peer)" in message
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_raises_is_reported_while_the_others_still_run(pool):
+    wg = group(pool((2,)))
+    wg.identity()  # both processes are up: time the call, not their start
+    start = time.monotonic()
+    with pytest.raises(WorkerGroupError) as failure:
+        wg.raise_on_one_while_zero_naps(20)
+    assert time.monotonic() - start < 5.0  # the grace window (2 s), not rank 0's 20 s
+    assert re.search(r"rank 1 .*raised ValueError: rank one refuses", str(failure.value))
+    assert "Still running: rank(s) [0]." in str(failure.value)
 
 
 def test_method_exception_names_rank_and_cause(shared):
