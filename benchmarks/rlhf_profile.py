@@ -183,6 +183,13 @@ def report(table: dict[str, dict], step_s: float, config, steps: int, threads: l
         print(f"{stage:<{width}} {100 * sum(row.values()) / total:>5.0f}% {cells}")
     sums = " ".join(f"{100 * sum(r[c] for r in table.values()) / total:>13.0f}%" for c in COSTS)
     print(f"{'all':<{width}} {100:>5.0f}% {sums}")
+    # Seconds, not shares: on-CPU time is the work done, and barely depends on the load.
+    seconds = {c: sum(r[c] for r in table.values()) for c in COSTS}
+    print(
+        f"per worker and step: on CPU {seconds['torch ops'] + seconds['Python']:.3f} s "
+        f"(torch ops {seconds['torch ops']:.3f} s, Python {seconds['Python']:.3f} s), "
+        f"collectives {seconds['collectives']:.3f} s, CPU wait {seconds['CPU wait']:.3f} s"
+    )
     print(f"load: {os.getloadavg()[0]:.1f} (1-minute load average) on {os.cpu_count()} CPUs")
 
 
