@@ -16,9 +16,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
+from tests.docblocks.collect import twin
+from tests.docblocks.page_scripts import take_away
+
 REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
 
 
 def copy_site_sources(dest: Path) -> Path:
@@ -132,3 +137,35 @@ def test_notebook_pages_show_rendered_cells_not_json(site):
         html = (lang_dir / stem / "index.html").read_text("utf-8")
         assert '"cell_type"' not in html, f"{nb} is shown as raw JSON"
         assert "jp-Cell" in html and "jp-OutputArea" in html, f"{nb} has no rendered cells"
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_built_site_links_both_downloads(site, lang):
+    """Every page with executed python links its script and notebook (tools/take_away.py)."""
+    missing = []
+    for page in sorted(p for p in DOCS.rglob("*.md") if not p.name.endswith(".zh.md")):
+        source = page if lang == "en" else twin(page)
+        shown = source.relative_to(DOCS)
+        root = site / "zh" if lang == "zh" else site
+        folder = root / take_away.url_path(str(page.relative_to(DOCS)))
+        html = (folder / "index.html").read_text("utf-8")
+        if not take_away.has_downloads(page):
+            if "take-away" in html:
+                missing.append(f"{shown}: a download box on a page with no python")
+            continue
+        name = take_away.download_name(page, DOCS)
+        for suffix in (".ipynb", ".py"):
+            if f'href="{name}{suffix}" download' not in html:
+                missing.append(f"{shown}: no link to {name}{suffix}")
+            if not (folder / f"{name}{suffix}").is_file():
+                missing.append(f"{shown}: {folder.relative_to(site)}/{name}{suffix} missing")
+        if (folder / f"{name}.py").is_file():
+            assert (folder / f"{name}.py").read_text("utf-8") == take_away.script_text(source, DOCS)
+        if (folder / f"{name}.ipynb").is_file():
+            built = nbformat.read(folder / f"{name}.ipynb", as_version=4)
+            nbformat.validate(built)
+            expected = take_away.notebook(source, DOCS)
+            assert [c.source for c in built.cells if c.cell_type == "code"] == [
+                c.source for c in expected.cells if c.cell_type == "code"
+            ]
+    assert not missing, "\n".join(missing)

@@ -35,6 +35,7 @@ from sybil.integration.pytest import SybilItem
 
 from tests.docblocks.collect import DATA_LANGUAGES, BlockKind, census, runs_shell
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
+from tests.docblocks.page_scripts import SCRIPT_LIMIT_S, run_in_page_script, runs_as_script
 from tests.docblocks.python_blocks import (
     DataBlock,
     ExpectedOutput,
@@ -99,8 +100,11 @@ def parse_blocks(document: Document) -> Iterator[Region]:
         return
     if path.name.endswith(".zh.md") and EXECUTE_LANGUAGES["value"] == "en":
         return
+    # Python blocks run as the page's downloadable script, or one by one in this process.
+    as_script = runs_as_script(path)
     # The block whose printed text an `output` block right after it shows.
     previous: PythonBlock | ShellBlock | None = None
+    number = 0
     for region, verdict in census(document):
         source = str(region.lexemes["source"])
         follows, previous = previous, None
@@ -116,9 +120,13 @@ def parse_blocks(document: Document) -> Iterator[Region]:
             yield Region(region.start, region.end, block, run)
         elif verdict.kind == "file":
             yield Region(region.start, region.end, FileBlock(verdict.note, source), write_file)
-        elif verdict.kind in ("python", "gpu"):
-            previous = PythonBlock(source, gpu=verdict.kind == "gpu")
-            run = run_gpu_python if previous.gpu else run_python
+        elif verdict.kind == "gpu":
+            previous = PythonBlock(source, gpu=True)
+            yield Region(region.start, region.end, previous, run_gpu_python)
+        elif verdict.kind == "python":
+            number += 1
+            previous = PythonBlock(source, number=number, in_script=as_script)
+            run = run_in_page_script if as_script else run_python
             yield Region(region.start, region.end, previous, run)
         elif verdict.kind == "output":
             yield Region(region.start, region.end, ExpectedOutput(source, follows), check_output)
@@ -193,6 +201,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.shell)
         elif page in ALONE_PAGES:
             item.add_marker(pytest.mark.alone)
+        parsed = item.example.parsed
+        if isinstance(parsed, PythonBlock) and parsed.in_script and parsed.number == 1:
+            # This item runs the page's whole script (page_scripts.py), which has its own limit.
+            item.add_marker(pytest.mark.timeout(SCRIPT_LIMIT_S + 60))
 
 
 def label(parsed) -> str:
@@ -200,7 +212,9 @@ def label(parsed) -> str:
     if isinstance(parsed, ListedBlock):
         return "python, listed difference"
     if isinstance(parsed, PythonBlock):
-        return "gpu-only python" if parsed.gpu else "python"
+        if parsed.gpu:
+            return "gpu-only python"
+        return "python, in the page's script" if parsed.in_script else "python"
     if isinstance(parsed, ExpectedOutput):
         listed = isinstance(parsed.source_block, ListedBlock)
         return "output, listed difference" if listed else "output"
@@ -225,7 +239,8 @@ def pytest_runtest_makereport(item, call):
 
 
 ROWS = (
-    ("python", "python blocks run"),
+    ("python, in the page's script", "python blocks run as their page's downloadable script"),
+    ("python", "python blocks run one by one in the test process"),
     ("output", "output blocks compared"),
     ("gpu-only python", "gpu-only python blocks"),
     ("console", "console blocks run, each command's output compared"),

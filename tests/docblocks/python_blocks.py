@@ -39,6 +39,8 @@ class PythonBlock:
 
     source: str
     gpu: bool = False  # marked `<!-- block: gpu -->`: runs only where CUDA is present
+    number: int = 0  # among the page's (non-gpu) python blocks, from 1
+    in_script: bool = False  # run as part of the page's script (page_scripts.py)
     printed: str | None = None
 
 
