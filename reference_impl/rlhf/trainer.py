@@ -370,7 +370,9 @@ class RLHFTrainer:
             start_step = 0
             timing: dict[str, float] = {}
             with timer("warmup", timing):
-                warm = self.warmup()
+                # warmup_steps=0: RL starts from the initial weights, which the reference
+                # policy already holds (both are built from one initialisation).
+                warm = self.warmup() if c.warmup_steps else {}
             log.log(0, {**warm, "timing_s/warmup": timing["warmup"]})
         history: list[dict[str, float]] = []
         started = time.perf_counter()
