@@ -3,8 +3,8 @@
 * :func:`shard` wraps a Hugging Face decoder with FSDP2 (``fully_shard``), one
   unit per decoder layer plus the root, as veRL 0.9.1's FSDP engine does
   (``verl/utils/fsdp_utils.py`` (``apply_fsdp2``), which also gives untied embeddings
-  and the output layer units of their own). Each rank then keeps ``1 / world_size``
-  of every parameter, gradient and optimiser state.
+  and the output layer units of their own). Each rank then keeps ``1 / fsdp_size``
+  of every parameter, gradient and optimiser state (``1 / world_size`` by default).
 * :func:`copy_full_weights` all-gathers the sharded weights (one collective per FSDP
   unit) and copies them into the plain rollout model: our hybrid engine's switch from
   training to generation. veRL 0.9.1 gathers one parameter at a time
