@@ -457,6 +457,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--plot", metavar="PNG", help="write both reward curves against wall time to this file"
     )
+    parser.add_argument(
+        "--trl-first",
+        action="store_true",
+        help="run TRL before ours (on a machine whose load drifts, alternate the order)",
+    )
     args = parser.parse_args(argv)
     seconds = 15.0 if args.quick else args.seconds
 
@@ -470,8 +475,12 @@ def main(argv: list[str] | None = None) -> int:
             output_dir=os.path.join(workdir, "ours"),
             tensorboard=False,
         )
-        ours = run_ours(config)
-        trl = run_trl(config, seconds, workdir, args.trl_threads)
+        if args.trl_first:
+            trl = run_trl(config, seconds, workdir, args.trl_threads)
+            ours = run_ours(config)
+        else:
+            ours = run_ours(config)
+            trl = run_trl(config, seconds, workdir, args.trl_threads)
     report(ours, trl, config, seconds)
     if args.plot:
         stamp = time.strftime("%Y-%m-%d")
