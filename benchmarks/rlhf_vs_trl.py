@@ -1,6 +1,7 @@
 """Our GRPO pipeline against TRL's ``GRPOTrainer`` on one task for equal wall time, in one run.
 
     python benchmarks/rlhf_vs_trl.py [--seconds 90] [--world-size 2] [--quick] [--plot PNG]
+                                     [--trl-threads N] [--trl-first]
 
 What is compared: RL on the digit-sum task (:mod:`reference_impl.rlhf.task`) with
 GRPO, run for the same wall-clock budget by
