@@ -10,11 +10,15 @@ module                      concept (veRL 0.9.1 file)
 ``resource_pool``           placement groups as a pool of slots
                             (``verl/single_controller/ray/base.py``)
 ``worker``                  the rank's process (``.../base/worker.py``)
-``decorator``               ``register``, ``Dispatch``, ``Execute``
-                            (``.../base/decorator.py``)
-``worker_group``            the driver's handle on all ranks
+``decorator``               the dispatch modes: for each, dispatch, collect
+                            and whether it pads; ``register``, ``Dispatch``,
+                            ``Execute`` (``.../base/decorator.py``)
+``worker_group``            the group: start the ranks; a call is pad?,
+                            dispatch, execute, collect, unpad?
                             (``.../ray/base.py``)
-``colocation``              several roles in one process (``.../ray/base.py``)
+``colocation``              several roles in one process: the colocated
+                            class, each role's group, ``spawn``
+                            (``.../ray/base.py``)
 ``data_proto``              the batch (``verl/protocol.py``)
 ==========================  ==============================================
 

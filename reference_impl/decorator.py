@@ -1,5 +1,10 @@
 """`register`, `Dispatch` and `Execute`: how one call on a WorkerGroup becomes N calls.
 
+One concept: the dispatch modes. Each mode is one row of
+:data:`PREDEFINED_DISPATCH_MODES`: its dispatch function, its collect function,
+and whether the group pads the call's batches first. ``@register`` records a
+mode (and which ranks execute, and whether the call blocks) on a worker method.
+
 A worker method decorated with ``@register(dispatch_mode, execute_mode, blocking)``
 is bound onto the driver-side :class:`~reference_impl.worker_group.RayWorkerGroup`
 as a plain method of the same name. Calling it on the group runs three steps
@@ -142,9 +147,9 @@ def dispatch_dp_compute_data_proto(worker_group, *args, **kwargs):
     Any other argument raises :class:`DispatchError`, as veRL refuses it too. A batch
     that does not divide raises :class:`~reference_impl.data_proto.BatchSplitError`
     unless padding is on (``meta_info["_verl_auto_padding"]`` or ``VERL_AUTO_PADDING=1``,
-    as in veRL), in which case the group pads before
-    the call and removes the padding from the result (see
-    :meth:`~reference_impl.worker_group.RayWorkerGroup._call`).
+    as in veRL): the modes that pad (``DP_COMPUTE_PROTO``, ``DP_COMPUTE_METRIC``)
+    have the group pad the batches before this runs, and remove the padding from
+    the result.
     """
     n = worker_group.world_size
     chunked_args = tuple(_chunk(f"argument {i}", a, n) for i, a in enumerate(args))
@@ -177,27 +182,44 @@ def collect_dp_compute_data_proto(worker_group, outputs: list) -> DataProto | Da
 
 @dataclass(frozen=True)
 class DispatchModeFns:
+    """One dispatch mode: how a call's arguments go out and its results come back.
+
+    Attributes:
+        dispatch_fn: ``(worker_group, *args, **kwargs) -> (args, kwargs)``.
+        collect_fn: ``(worker_group, outputs) -> result``.
+        pads: the group pads the call's ``DataProto`` arguments that ask for it
+            (``is_padding_enabled``) to a multiple of ``world_size`` before
+            ``dispatch_fn``, by one amount for all, and removes as many rows from
+            a ``DataProto`` result.
+    """
+
     dispatch_fn: Callable
     collect_fn: Callable
+    pads: bool = False
 
 
+# The modes that pad are those veRL's dispatch pads in
+# (`dispatch_dp_compute_data_proto`, through `_split_args_kwargs_data_proto_with_auto_padding`);
+# DP_COMPUTE_PROTO_WITH_FUNC splits without padding there too.
 PREDEFINED_DISPATCH_MODES: dict[Dispatch, DispatchModeFns] = {
     Dispatch.RANK_ZERO: DispatchModeFns(dispatch_rank_zero, collect_rank_zero),
     Dispatch.ONE_TO_ALL: DispatchModeFns(dispatch_one_to_all, collect_all_to_all),
     Dispatch.ALL_TO_ALL: DispatchModeFns(dispatch_all_to_all, collect_all_to_all),
     Dispatch.DP_COMPUTE: DispatchModeFns(dispatch_dp_compute, collect_dp_compute),
     Dispatch.DP_COMPUTE_PROTO: DispatchModeFns(
-        dispatch_dp_compute_data_proto, collect_dp_compute_data_proto
+        dispatch_dp_compute_data_proto, collect_dp_compute_data_proto, pads=True
     ),
     Dispatch.DP_COMPUTE_PROTO_WITH_FUNC: DispatchModeFns(
         dispatch_dp_compute_data_proto_with_func, collect_dp_compute_data_proto
     ),
-    Dispatch.DP_COMPUTE_METRIC: DispatchModeFns(dispatch_dp_compute_data_proto, collect_dp_compute),
+    Dispatch.DP_COMPUTE_METRIC: DispatchModeFns(
+        dispatch_dp_compute_data_proto, collect_dp_compute, pads=True
+    ),
 }
 
 
 def dispatch_mode_fns(dispatch_mode: Dispatch | dict) -> DispatchModeFns:
-    """A mode's dispatch and collect functions: predefined, or a custom dict of the two.
+    """A mode's row: predefined, or a custom dict of the two functions (which never pads).
 
     Raises:
         DispatchError: for an unknown mode or a dict without both keys.
@@ -217,12 +239,12 @@ def dispatch_mode_fns(dispatch_mode: Dispatch | dict) -> DispatchModeFns:
 
 @dataclass(frozen=True)
 class Registration:
-    """What ``@register`` records on a worker method."""
+    """What ``@register`` records on a worker method: what the group needs to call it
+    (veRL records the same three, ``verl/single_controller/base/decorator.py`` (``register``))."""
 
     dispatch_mode: Dispatch | dict
     execute_mode: Execute
     blocking: bool
-    materialize_futures: bool
 
 
 def _materialize(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -269,9 +291,7 @@ def register(
                 args, kwargs = _materialize(args, kwargs)
             return method(self, *args, **kwargs)
 
-        wrapper.registration = Registration(
-            dispatch_mode, execute_mode, blocking, materialize_futures
-        )
+        wrapper.registration = Registration(dispatch_mode, execute_mode, blocking)
         return wrapper
 
     return decorator

@@ -243,10 +243,20 @@ class RayResourcePool:
     @classmethod
     def from_slots(cls, slots: list[BundleSlot], like: RayResourcePool, name_prefix: str):
         """A pool over existing slots (used by merge and split); places nothing itself."""
+        return _PoolOfSlots(slots, like, name_prefix)
+
+
+class _PoolOfSlots(RayResourcePool):
+    """A pool over slots that other pools placed (merge, split): same bundles, nothing new.
+
+    ``process_on_nodes`` is the slots' count per placement group, in their order.
+    """
+
+    def __init__(self, slots: list[BundleSlot], like: RayResourcePool, name_prefix: str) -> None:
         per_node: dict = {}
         for slot in slots:
             per_node[slot.placement_group.id] = per_node.get(slot.placement_group.id, 0) + 1
-        pool = cls(
+        super().__init__(
             list(per_node.values()),
             use_gpu=like.use_gpu,
             name_prefix=name_prefix,
@@ -254,8 +264,7 @@ class RayResourcePool:
             detached=like.detached,
             placement_timeout_s=like.placement_timeout_s,
         )
-        pool._slots = list(slots)
-        return pool
+        self._slots = list(slots)
 
 
 def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResourcePool:

@@ -24,12 +24,16 @@ not to (``RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES``) does veRL set
 themselves: ``verl/workers/engine_workers.py`` (``TrainingWorker.__init__``)
 calls ``verl/utils/distributed.py`` (``initialize_global_process_group_ray``).
 
-The master address and port are chosen once per group, by a small Ray task
-pinned to the group's first bundle (:func:`get_master_addr_port`), as veRL
-does since v0.6 (``verl/single_controller/ray/base.py``
-(``get_master_addr_port``), which in 0.9.1 also takes a ``master_port_range``),
-and the same pair is given to every rank. :meth:`Worker.get_master_addr_port`
-returns it, as veRL's does.
+The master address and port are chosen once per group, by the group
+(:mod:`reference_impl.worker_group`), and the same pair is given to every rank;
+:meth:`Worker.get_master_addr_port` returns it, as veRL's does. A Worker built
+directly, outside a group (world size 1), picks a free port on its own
+address when it first joins a process group.
+
+:meth:`Worker.init_process_group` may be called any number of times, from any
+role living in the process: the first call joins the process group, later
+calls return its backend. torch.distributed allows one default group per
+process, and colocated roles (:mod:`reference_impl.colocation`) share it.
 
 On a GPU pool, Ray sets ``CUDA_VISIBLE_DEVICES`` in each actor to the GPU(s)
 of its bundle, so inside a worker the assigned GPU is always ``cuda:0``.
@@ -47,17 +51,14 @@ from datetime import timedelta
 import ray
 
 
-@ray.remote(num_cpus=0)
-def get_master_addr_port() -> tuple[str, str]:
-    """This node's IP and a free TCP port, for torch.distributed's rendezvous.
+def free_port(host: str) -> str:
+    """A TCP port that is free on ``host`` now (bound to port 0 and released), as a string.
 
-    Run as a task pinned to bundle 0 of a group's first placement group, so
-    the address belongs to the node where rank 0 will run.
+    Follows ``verl/single_controller/base/worker.py`` (``WorkerHelper._get_free_port``).
     """
     with socket.socket() as sock:
-        sock.bind(("", 0))
-        port = sock.getsockname()[1]
-    return ray.util.get_node_ip_address(), str(port)
+        sock.bind((host, 0))
+        return str(sock.getsockname()[1])
 
 
 class Worker:
@@ -84,20 +85,42 @@ class Worker:
         self.master_port = os.environ.get("MASTER_PORT", "")
 
     def init_process_group(self, backend: str | None = None, timeout_s: float = 120.0) -> str:
-        """Join the group's torch.distributed process group; return the backend used.
+        """Join the group's torch.distributed process group, once per process; return its backend.
+
+        The first call in a process joins; every later call (from this role or from a
+        role colocated in the same process) returns the backend in use and changes
+        nothing, so a method may call it on every run. Before joining, the rendezvous
+        address, port, rank and world size are written to ``MASTER_ADDR``,
+        ``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE``, where veRL's Worker keeps them
+        (``verl/single_controller/base/worker.py`` (``Worker._configure_with_store``)),
+        so ``env://`` code in the same process joins the same group.
 
         Args:
             backend: ``"gloo"`` or ``"nccl"``; default NCCL when this process
                 sees a GPU, else gloo.
-            timeout_s: how long collectives (and the rendezvous) may wait.
+            timeout_s: seconds that the rendezvous and each collective may wait.
+
+        Returns:
+            The backend of the process group, e.g. ``"gloo"``.
 
         Raises:
-            RuntimeError: if no master port was set (the Worker was not started
-                by a WorkerGroup and ``world_size > 1``).
+            RuntimeError: no master port was set and ``world_size > 1`` (the Worker
+                was not started by a WorkerGroup, which sets it for every rank).
+            ValueError: the process already joined a group with another backend.
         """
         import torch
         import torch.distributed as dist
 
+        if dist.is_initialized():
+            current = dist.get_backend()
+            if backend is not None and backend != current:
+                raise ValueError(
+                    f"this process already joined a {current!r} process group (rank "
+                    f"{dist.get_rank()} of {dist.get_world_size()}), so it cannot join a "
+                    f"{backend!r} one: call init_process_group() without a backend, or "
+                    f"with backend={current!r}"
+                )
+            return current
         if backend is None:
             backend = "nccl" if torch.cuda.is_available() else "gloo"
         if backend == "nccl":
@@ -107,7 +130,13 @@ class Worker:
                 raise RuntimeError(
                     "MASTER_PORT is not set: start this Worker through a WorkerGroup"
                 )
-            self.master_port = ray.get(get_master_addr_port.remote())[1]
+            self.master_port = free_port(self.master_addr)  # alone: any free port will do
+        os.environ.update(
+            MASTER_ADDR=self.master_addr,
+            MASTER_PORT=self.master_port,
+            RANK=str(self.rank),
+            WORLD_SIZE=str(self.world_size),
+        )
         dist.init_process_group(
             backend=backend,
             init_method=f"tcp://{self.master_addr}:{self.master_port}",
@@ -122,7 +151,10 @@ class Worker:
         return self.master_addr, self.master_port
 
     def get_node_id(self) -> str:
-        """The Ray node this worker runs on."""
+        """The Ray node this worker runs on. veRL asks a worker for it, and for
+        :meth:`get_cuda_visible_devices`, to start another next to it
+        (``verl/single_controller/ray/base.py`` (``RayClassWithInitArgs.__call__``),
+        ``sharing_with``)."""
         return ray.get_runtime_context().get_node_id()
 
     def get_cuda_visible_devices(self) -> str:

@@ -1,5 +1,12 @@
 """`RayClassWithInitArgs` and `RayWorkerGroup`: the driver's handle on all ranks of a role.
 
+One concept: the group. It starts one process per slot of a pool (or attaches
+to processes that exist), and turns one call into one call per rank and back:
+pad if asked, dispatch, execute, collect, unpad. What each dispatch mode does
+lives in :mod:`reference_impl.decorator`; several roles in one process, in
+:mod:`reference_impl.colocation` (``spawn`` here hands over to it, as veRL's
+name for it is a group method).
+
 ``RayWorkerGroup(resource_pool, RayClassWithInitArgs(MyWorker, ...))`` starts
 one Ray actor per slot of the pool, each an instance of ``MyWorker`` (a
 :class:`~reference_impl.worker.Worker` subclass) with its rank in the
@@ -19,15 +26,17 @@ Follows ``verl/single_controller/ray/base.py`` (``RayWorkerGroup``, ``RayClassWi
 veRL 0.9.1.
 Differences: a failure is reported as soon as any rank fails and names the
 group, the rank and the method (the rank that died, when one did, not a peer
-whose collective failed because of it); a DataProto
-that does not split is padded only when asked; execution on rank zero passes
-rank 0's share of the dispatched arguments (veRL passes the per-rank lists).
+whose collective failed because of it); a DataProto that does not split is
+padded only when asked, and batches padded together must have one length, as
+veRL asserts (a clear error here); execution on rank zero passes rank 0's share
+of the dispatched arguments (veRL passes the per-rank lists).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -41,14 +50,21 @@ from reference_impl.data_proto import (
     pad_dataproto_to_divisor,
     unpad_dataproto,
 )
-from reference_impl.decorator import (
-    Dispatch,
-    Execute,
-    Registration,
-    dispatch_mode_fns,
-)
+from reference_impl.decorator import DispatchModeFns, Execute, Registration, dispatch_mode_fns
 from reference_impl.resource_pool import RayResourcePool
-from reference_impl.worker import get_master_addr_port
+from reference_impl.worker import free_port
+
+
+@ray.remote(num_cpus=0)
+def get_master_addr_port() -> tuple[str, str]:
+    """This node's IP and a free TCP port, for torch.distributed's rendezvous.
+
+    Run as a task pinned to bundle 0 of a group's first placement group, so
+    the address belongs to the node where rank 0 will run, as veRL does since
+    v0.6 (``verl/single_controller/ray/base.py`` (``get_master_addr_port``), which
+    in 0.9.1 also takes a ``master_port_range``).
+    """
+    return ray.util.get_node_ip_address(), free_port("")
 
 
 class WorkerGroupError(RuntimeError):
@@ -74,8 +90,6 @@ class RayClassWithInitArgs:
         self.args = args
         self.kwargs = kwargs
         self.options: dict[str, Any] = {}
-        # Set by create_colocated_worker_cls: the role classes a spawn() can bind.
-        self.role_classes: dict[str, type] = {}
 
     @property
     def user_class(self) -> type:
@@ -88,14 +102,17 @@ class RayClassWithInitArgs:
 
 
 class GroupMethod:
-    """A registered worker method bound to a group: a call runs dispatch, execute, collect."""
+    """A registered worker method bound to a group: a call runs dispatch, execute, collect.
 
-    def __init__(self, group: RayWorkerGroup, name: str, registration: Registration, doc: str):
-        self.group, self.name, self.registration = group, name, registration
+    ``run`` is the group's ``(name, registration, args, kwargs) -> result``.
+    """
+
+    def __init__(self, run: Callable, name: str, registration: Registration, doc: str):
+        self.run, self.name, self.registration = run, name, registration
         self.__doc__ = doc
 
     def __call__(self, *args, **kwargs):
-        return self.group._call(self.name, self.registration, args, kwargs)
+        return self.run(self.name, self.registration, args, kwargs)
 
     def __repr__(self) -> str:
         mode = self.registration.dispatch_mode
@@ -106,16 +123,25 @@ class RayWorkerGroup:
     """All ranks of one role: ``world_size`` Ray actors, one per slot of a resource pool.
 
     Args:
-        resource_pool: where the actors go; one actor per slot.
-        ray_cls_with_init: the worker class and its constructor arguments.
+        resource_pool: where the actors go; one actor per slot. With
+            ``worker_handles``, where they already are (nothing is started).
+        ray_cls_with_init: the worker class and its constructor arguments; its
+            ``@register`` methods become methods of the group.
         name_prefix: prefix of the actors' names (default: 6 random hex digits).
         worker_env: extra environment variables for every actor.
+        bin_pack: ``STRICT_PACK`` placement groups (True, veRL's default) or ``PACK``.
+        worker_handles: attach to these running actors, in rank order, instead of
+            starting new ones (veRL's ``RayWorkerGroup.from_detached`` does the same).
+        worker_names: their names; without ``worker_handles``, the actors are looked
+            up by name (``ray.get_actor``), as veRL does for detached workers.
 
     Actor names read ``{name_prefix}{WorkerClass}_{node}:{local_rank}``.
 
     Raises:
         PlacementTimeoutError: if the pool cannot be placed.
-        ValueError: if ``worker_env`` tries to override a rank variable.
+        ValueError: if ``worker_env`` tries to override a rank variable, if there is
+            neither a pool nor workers to attach to, or if the handles and names
+            differ in number.
     """
 
     RANK_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
@@ -127,20 +153,41 @@ class RayWorkerGroup:
         name_prefix: str | None = None,
         worker_env: dict[str, str] | None = None,
         bin_pack: bool = True,
+        *,
+        worker_handles: list[ray.actor.ActorHandle] | None = None,
+        worker_names: list[str] | None = None,
     ) -> None:
-        self._workers: list[ray.actor.ActorHandle] = []
-        self._worker_names: list[str] = []
-        self.role: str | None = None  # set on the groups that spawn() returns
-        if resource_pool is None:  # filled in by spawn()
-            return
         self.resource_pool = resource_pool
+        self.ray_cls_with_init = ray_cls_with_init
         # Random by default, as in veRL: two groups on one pool must not share actor names.
         self.name_prefix = name_prefix if name_prefix is not None else uuid.uuid4().hex[:6]
-        self._role_classes = ray_cls_with_init.role_classes
-        self._start_workers(resource_pool, ray_cls_with_init, worker_env or {}, bin_pack)
-        self._bind_registered_methods(ray_cls_with_init.user_class)
+        self._workers: list[ray.actor.ActorHandle] = []
+        self._worker_names: list[str] = []
+        if worker_handles is not None or worker_names is not None:
+            self._attach(worker_handles, worker_names)
+        elif resource_pool is not None and ray_cls_with_init is not None:
+            self._start_workers(resource_pool, ray_cls_with_init, worker_env or {}, bin_pack)
+        else:
+            raise ValueError(
+                "RayWorkerGroup needs a resource_pool and a ray_cls_with_init to start "
+                "workers, or worker_handles (or worker_names) to attach to running ones"
+            )
+        if ray_cls_with_init is not None:
+            self._bind_registered_methods(ray_cls_with_init.user_class)
 
-    # --- starting the actors -------------------------------------------------
+    # --- starting the actors, or attaching to them ----------------------------
+
+    def _attach(self, handles, names) -> None:
+        if handles is None:
+            handles = [ray.get_actor(name) for name in names]
+        if names is None:
+            names = [f"{self.name_prefix}rank_{rank}" for rank in range(len(handles))]
+        if len(handles) != len(names):
+            raise ValueError(
+                f"worker_handles has {len(handles)} actors but worker_names has "
+                f"{len(names)} names: give one name per actor, in rank order"
+            )
+        self._workers, self._worker_names = list(handles), list(names)
 
     def _start_workers(self, pool, cia: RayClassWithInitArgs, worker_env, bin_pack) -> None:
         clash = set(worker_env) & {*self.RANK_VARIABLES, "MASTER_ADDR", "MASTER_PORT"}
@@ -199,7 +246,7 @@ class RayWorkerGroup:
             if hasattr(self, name):
                 raise ValueError(f"worker method {name!r} clashes with a RayWorkerGroup attribute")
             doc = getattr(user_class, name).__doc__ or ""
-            setattr(self, name, GroupMethod(self, name, registration, doc))
+            setattr(self, name, GroupMethod(self._call, name, registration, doc))
 
     # --- the group's own API -------------------------------------------------
 
@@ -216,11 +263,10 @@ class RayWorkerGroup:
     def worker_names(self) -> list[str]:
         return self._worker_names
 
-    def _remote_call(self, rank: int, method: str, args: tuple, kwargs: dict) -> ray.ObjectRef:
-        worker = self._workers[rank]
-        if self.role is None:
-            return getattr(worker, method).remote(*args, **kwargs)
-        return worker.call_role.remote(self.role, method, *args, **kwargs)
+    def _execute_remote_single_worker(self, worker, method_name: str, *args, **kwargs):
+        """Send one rank its call; return the ``ObjectRef``. veRL's name; a colocated
+        role's group (:mod:`reference_impl.colocation`) routes it to the role's worker."""
+        return getattr(worker, method_name).remote(*args, **kwargs)
 
     def _split_rule(self, args: tuple, kwargs: dict) -> bool:
         # veRL's rule tests `list` only: a tuple of world_size items goes to every rank whole.
@@ -238,12 +284,18 @@ class RayWorkerGroup:
         """
         if self._split_rule(args, kwargs):
             return [
-                self._remote_call(
-                    i, method_name, tuple(a[i] for a in args), {k: v[i] for k, v in kwargs.items()}
+                self._execute_remote_single_worker(
+                    worker,
+                    method_name,
+                    *(a[i] for a in args),
+                    **{k: v[i] for k, v in kwargs.items()},
                 )
-                for i in range(self.world_size)
+                for i, worker in enumerate(self._workers)
             ]
-        return [self._remote_call(i, method_name, args, kwargs) for i in range(self.world_size)]
+        return [
+            self._execute_remote_single_worker(worker, method_name, *args, **kwargs)
+            for worker in self._workers
+        ]
 
     def execute_all_sync(self, method_name: str, *args, **kwargs) -> list:
         """``execute_all_async`` and wait: a list of results in rank order."""
@@ -254,7 +306,7 @@ class RayWorkerGroup:
         return self.execute_all_async(method_name, *args, **kwargs)
 
     def execute_rank_zero_async(self, method_name: str, *args, **kwargs) -> ray.ObjectRef:
-        return self._remote_call(0, method_name, args, kwargs)
+        return self._execute_remote_single_worker(self._workers[0], method_name, *args, **kwargs)
 
     def execute_rank_zero_sync(self, method_name: str, *args, **kwargs) -> Any:
         return self.get([self.execute_rank_zero_async(method_name, *args, **kwargs)], method_name)[
@@ -369,88 +421,90 @@ class RayWorkerGroup:
     # --- a registered method: dispatch -> execute -> collect -----------------
 
     def _call(self, name: str, registration: Registration, args: tuple, kwargs: dict):
-        fns = dispatch_mode_fns(registration.dispatch_mode)
-        args, kwargs, pad_size = self._pad_if_asked(registration, args, kwargs)
+        """One call of a registered method: pad? -> dispatch -> execute -> collect -> unpad?"""
+        mode = dispatch_mode_fns(registration.dispatch_mode)
+        args, kwargs, pad_size = self._pad(mode, registration, args, kwargs)
         if pad_size and not registration.blocking:
             raise BatchSplitError(
                 f"{name}() is non-blocking, so the group cannot remove the padding from its "
                 "result: pad the batch yourself (pad_dataproto_to_divisor), or call a "
                 "blocking method"
             )
-        per_rank_args, per_rank_kwargs = fns.dispatch_fn(self, *args, **kwargs)
+        per_rank_args, per_rank_kwargs = mode.dispatch_fn(self, *args, **kwargs)
         if registration.execute_mode is Execute.RANK_ZERO:
             if self._split_rule(per_rank_args, per_rank_kwargs):  # rank 0's share
                 per_rank_args = tuple(a[0] for a in per_rank_args)
                 per_rank_kwargs = {k: v[0] for k, v in per_rank_kwargs.items()}
             ref = self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)
-            if not registration.blocking:
-                return fns.collect_fn(self, ref)
-            return fns.collect_fn(self, self.get([ref], name)[0])
-        refs = self.execute_all_async(name, *per_rank_args, **per_rank_kwargs)
-        if not registration.blocking:
-            return fns.collect_fn(self, refs)
-        output = fns.collect_fn(self, self.get(refs, name))
+            # Collect gets rank 0's result alone, as in veRL.
+            output = ref if not registration.blocking else self.get([ref], name)[0]
+        else:
+            refs = self.execute_all_async(name, *per_rank_args, **per_rank_kwargs)
+            output = refs if not registration.blocking else self.get(refs, name)
+        output = mode.collect_fn(self, output)
         if pad_size and isinstance(output, DataProto):
             output = unpad_dataproto(output, pad_size)
         return output
 
-    def _pad_if_asked(self, registration: Registration, args: tuple, kwargs: dict):
-        """Pad DataProto arguments that do not split, but only when they ask for it."""
-        if registration.dispatch_mode not in (
-            Dispatch.DP_COMPUTE_PROTO,
-            Dispatch.DP_COMPUTE_METRIC,
-        ):
+    def _pad(self, mode: DispatchModeFns, registration: Registration, args: tuple, kwargs: dict):
+        """Pad the call's batches to a multiple of ``world_size``, by one amount for all of them.
+
+        Only for a mode that pads (``mode.pads``), and only the ``DataProto`` arguments
+        that ask for it (``is_padding_enabled``). As in veRL
+        (``verl/single_controller/base/decorator.py``
+        (``_split_args_kwargs_data_proto_with_auto_padding``)), the batches padded
+        together must have one length, and a batch that does not ask must split as it is.
+
+        Returns:
+            ``(args, kwargs, pad_size)``: the padded arguments (new objects; the
+            caller's batches are left as they were) and the rows added to each.
+
+        Raises:
+            BatchSplitError: a batch that does not ask for padding does not split into
+                ``world_size`` equal parts, or the batches that ask have different lengths.
+        """
+        if not mode.pads:
             return args, kwargs, 0
-        batches = [v for v in [*args, *kwargs.values()] if isinstance(v, DataProto)]
-        if not batches or len(batches[0]) % self.world_size == 0:
-            return args, kwargs, 0
-        if not all(b.is_padding_enabled() for b in batches):
+        named = [(f"argument {i}", a) for i, a in enumerate(args)]
+        named += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+        batches = [(label, v) for label, v in named if isinstance(v, DataProto)]
+        mode_name = registration.dispatch_mode.name
+        for _, batch in batches:
+            if not batch.is_padding_enabled() and len(batch) % self.world_size:
+                raise BatchSplitError(
+                    f"{mode_name}: a batch of {len(batch)} does not split into "
+                    f"world_size={self.world_size} equal parts. Pad it with "
+                    f"pad_dataproto_to_divisor(data, {self.world_size}), or set "
+                    f"data.meta_info[{AUTO_PADDING_KEY!r}] = True so that the group pads "
+                    "and unpads for you."
+                )
+        lengths = {label: len(b) for label, b in batches if b.is_padding_enabled()}
+        if len(set(lengths.values())) > 1:
+            rows = ", ".join(f"{label} has {n} rows" for label, n in lengths.items())
             raise BatchSplitError(
-                f"{registration.dispatch_mode.name}: a batch of {len(batches[0])} does not split "
-                f"into world_size={self.world_size} equal parts. Pad it with "
-                f"pad_dataproto_to_divisor(data, {self.world_size}), or set "
-                f"data.meta_info[{AUTO_PADDING_KEY!r}] = True so that the group pads and "
-                "unpads for you."
+                f"{mode_name}: the batches that the group pads in one call must have one "
+                f"length, but {rows}. The group pads them by one amount and removes that "
+                "many rows from the result; give them the same rows, or pad them yourself "
+                "(pad_dataproto_to_divisor) and unpad the result."
             )
-        pad_size = 0
+        pad_size = -next(iter(lengths.values()), 0) % self.world_size
+        if not pad_size:
+            return args, kwargs, 0
 
         def pad(value):
-            nonlocal pad_size
-            if not isinstance(value, DataProto):
-                return value
-            padded, pad_size = pad_dataproto_to_divisor(value, self.world_size)
-            return padded
+            if isinstance(value, DataProto) and value.is_padding_enabled():
+                return pad_dataproto_to_divisor(value, self.world_size)[0]
+            return value
 
         return tuple(pad(a) for a in args), {k: pad(v) for k, v in kwargs.items()}, pad_size
 
     # --- colocation ----------------------------------------------------------
 
     def spawn(self, prefix_set) -> dict[str, RayWorkerGroup]:
-        """One group per role of a colocated worker, all sharing this group's actors.
+        """One group per role of a colocated worker: see :func:`reference_impl.colocation.spawn`."""
+        from reference_impl.colocation import spawn  # colocation builds on this module
 
-        Use on a group built from :func:`~reference_impl.colocation.create_colocated_worker_cls`:
-        ``spawn(class_dict.keys())`` returns ``{role: group}``, and
-        ``groups["actor"].update_policy(batch)`` runs the ``actor`` role's method
-        inside the shared processes.
-        """
-        unknown = set(prefix_set) - set(self._role_classes)
-        if unknown:
-            raise ValueError(
-                f"roles {sorted(unknown)} are not in this group's colocated class "
-                f"(it has {sorted(self._role_classes)}); build it with create_colocated_worker_cls"
-            )
-        roles = {}
-        for role in prefix_set:
-            group = RayWorkerGroup()
-            group._workers, group._worker_names = self._workers, self._worker_names
-            group.resource_pool, group.name_prefix, group.role = (
-                self.resource_pool,
-                self.name_prefix,
-                role,
-            )
-            group._bind_registered_methods(self._role_classes[role])
-            roles[role] = group
-        return roles
+        return spawn(self, prefix_set)
 
 
 def _one_line(err: ray.exceptions.RayError) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -67,6 +69,17 @@ def pool():
         p.release()
 
 
+def where_am_i() -> dict:
+    """This process, its actor, its placement group and the CPU share Ray gave it."""
+    ctx = ray.get_runtime_context()
+    return {
+        "pid": os.getpid(),
+        "actor": ctx.get_actor_id(),
+        "placement_group": ctx.get_placement_group_id(),
+        "cpus": ctx.get_assigned_resources().get("CPU"),
+    }
+
+
 class Accumulator(Worker):
     def __init__(self, start=0.0):
         super().__init__()
@@ -103,6 +116,10 @@ class Accumulator(Worker):
         out.meta_info["rank"] = self.rank
         return out
 
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def keep_first(self, first: DataProto, second: DataProto) -> DataProto:
+        return DataProto.from_dict({"x": first.batch["x"]})
+
     @register(Dispatch.DP_COMPUTE_PROTO, blocking=False)
     def double_async(self, data: DataProto) -> DataProto:
         return DataProto.from_dict({"x": data.batch["x"] * 2})
@@ -114,6 +131,19 @@ class Accumulator(Worker):
     @register(Dispatch.DP_COMPUTE_METRIC)
     def count(self, data: DataProto) -> dict:
         return {"rank": self.rank, "rows": len(data)}
+
+    @register(Dispatch.DP_COMPUTE_METRIC)
+    def texts(self, data: DataProto) -> list:
+        return data.non_tensor_batch["text"].tolist()
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def tag_rows(self, data: DataProto) -> DataProto:
+        """The rows back, their text with them, and which rank had each."""
+        rank = np.full(len(data), self.rank)
+        return DataProto.from_dict(
+            {"x": data.batch["x"]},
+            non_tensors={"text": data.non_tensor_batch["text"], "rank": rank},
+        )
 
     @register(
         {
@@ -130,6 +160,22 @@ class Accumulator(Worker):
         t = torch.tensor([float(self.rank + 1)])
         torch.distributed.all_reduce(t)
         return t.item()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def join_twice(self):
+        first = self.init_process_group("gloo")
+        second = self.init_process_group()  # as a second role in this process would call it
+        total = torch.ones(1)
+        torch.distributed.all_reduce(total)  # still the one group of both ranks
+        return first, second, os.environ["MASTER_PORT"] == self.master_port, total.item()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def join_with(self, backend):
+        return self.init_process_group(backend)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def placement(self):
+        return where_am_i()
 
     @register(Dispatch.ONE_TO_ALL)
     def identity(self):
@@ -251,6 +297,24 @@ def test_batch_that_does_not_split(shared):
     padded = batch(5)
     padded.meta_info["_verl_auto_padding"] = True  # veRL's key
     assert wg.double(padded).batch["y"].tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def padded(n):
+    data = batch(n)
+    data.meta_info["_verl_auto_padding"] = True
+    return data
+
+
+def test_one_pad_size_per_call_from_all_batches(shared):
+    """Two batches of a call are padded by one amount, and the result unpadded by it."""
+    assert shared.keep_first(padded(5), second=padded(5)).batch["x"].tolist() == [0, 1, 2, 3, 4]
+    # veRL asserts that batches padded together have one length (decorator.py,
+    # `_split_args_kwargs_data_proto_with_auto_padding`): named here, not unpadded wrongly.
+    named = r"argument 0 has 5 rows, argument 'second' has 4"
+    with pytest.raises(BatchSplitError, match=named):
+        shared.keep_first(padded(5), second=padded(4))
+    with pytest.raises(BatchSplitError, match=r"argument 0 has 4 rows, argument 'second' has 5"):
+        shared.keep_first(padded(4), second=padded(5))
 
 
 def test_unknown_dispatch_mode_fails_at_decoration():
@@ -391,39 +455,90 @@ def test_merged_pool_spans_both_and_split_pool_cuts(pool):
 class Critic(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def where(self):
-        return ("critic", os.getpid())
+        return "critic", where_am_i()
 
 
 class Actor(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def where(self):
-        return ("actor", os.getpid())
+        return "actor", where_am_i()
 
 
-def test_colocated_roles_share_one_process(pool):
+def bundle_ids(pool_) -> list[str]:
+    """The placement group of each rank of a ``[1, 1, ...]`` pool: there, one bundle each."""
+    return [pg.id.hex() for pg in pool_.get_placement_groups()]
+
+
+def test_colocated_roles_share_one_actor_per_bundle(pool):
+    bundles = pool((1, 1))  # one bundle per placement group: a rank's group names its bundle
     cls = create_colocated_worker_cls(
         {"actor": RayClassWithInitArgs(Actor), "critic": RayClassWithInitArgs(Critic)}
     )
-    roles = RayWorkerGroup(pool((2,)), cls).spawn(["actor", "critic"])
+    colocated = RayWorkerGroup(bundles, cls)
+    roles = colocated.spawn(["actor", "critic"])
     actor, critic = roles["actor"].where(), roles["critic"].where()
     assert [r for r, _ in actor] == ["actor", "actor"]
-    assert [pid for _, pid in actor] == [pid for _, pid in critic]
+    assert [r for r, _ in critic] == ["critic", "critic"]
+    # veRL's colocation: rank i of every role is one actor, the one in bundle i.
+    assert [place for _, place in actor] == [place for _, place in critic]
+    assert [place["placement_group"] for _, place in actor] == bundle_ids(bundles)
+    assert len({place["actor"] for _, place in actor}) == colocated.world_size == 2
+    assert roles["actor"].workers == roles["critic"].workers == colocated.workers
 
 
-def test_fractional_sharing_uses_separate_processes(pool):
-    shared = pool((2,), max_colocate_count=2)
-    first, second = group(shared), group(shared)
-    pids_a = [i["pid"] for i in first.identity()]
-    pids_b = [i["pid"] for i in second.identity()]
-    assert set(pids_a).isdisjoint(pids_b)
+def test_spawn_refuses_a_group_that_is_not_colocated(shared):
+    with pytest.raises(ValueError, match=r"spawn\(\) needs a group built from create_colocated"):
+        shared.spawn(["actor"])
 
 
-def test_non_tensor_data_travels(shared):
-    wg = shared
-    data = DataProto.from_dict(
-        {"x": torch.zeros(4)}, non_tensors={"text": np.array(list("abcd"), dtype=object)}
+def test_fractional_sharing_puts_rank_i_of_both_groups_in_bundle_i(pool):
+    bundles = pool((1, 1), max_colocate_count=2)
+    first, second = group(bundles).placement(), group(bundles).placement()
+    assert [p["placement_group"] for p in first] == bundle_ids(bundles)
+    assert [p["placement_group"] for p in second] == bundle_ids(bundles)
+    assert {p["cpus"] for p in first + second} == {0.5}  # half of its bundle's CPU each
+    assert {p["pid"] for p in first}.isdisjoint(p["pid"] for p in second)  # separate processes
+
+
+def test_non_tensor_data_travels_out_and_back(shared):
+    text = np.array(list("abcd"), dtype=object)
+    data = DataProto.from_dict({"x": torch.arange(4.0)}, non_tensors={"text": text})
+    assert shared.texts(data) == [["a", "b"], ["c", "d"]]  # each rank has its half
+    out = shared.tag_rows(data)
+    assert out.batch["x"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert out.non_tensor_batch["text"].tolist() == list("abcd")
+    assert out.non_tensor_batch["rank"].tolist() == [0, 0, 1, 1]
+    odd = DataProto.from_dict(
+        {"x": torch.arange(5.0)},
+        non_tensors={"text": np.array(list("abcde"), dtype=object)},
+        auto_padding=True,
     )
-    assert len(wg.count(data)) == 2
+    assert shared.tag_rows(odd).non_tensor_batch["text"].tolist() == list("abcde")
+
+
+def test_init_process_group_twice_is_one_group(shared):
+    assert shared.join_twice() == [("gloo", "gloo", True, 2.0)] * 2
+    named = r"already joined a 'gloo' process group \(rank 0 of 2\), so it cannot join a 'nccl'"
+    with pytest.raises(WorkerGroupError, match=named):
+        shared.join_with("nccl")
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_outside_a_group_picks_its_port_without_ray():
+    code = (
+        "import ray, torch.distributed as dist\n"
+        "from reference_impl import Worker\n"
+        "worker = Worker()\n"
+        "backend = worker.init_process_group('gloo')\n"
+        "port = worker.master_port\n"
+        "print(backend, dist.get_world_size(), port.isdigit(), ray.is_initialized())\n"
+    )
+    rank_variables = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "RAY_ADDRESS")
+    env = {k: v for k, v in os.environ.items() if k not in rank_variables}
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=100
+    )
+    assert done.stdout.split() == ["gloo", "1", "True", "False"], done.stderr[-3000:]
 
 
 def test_get_placement_groups_and_master_addr_port_as_in_verl(pool, shared):
