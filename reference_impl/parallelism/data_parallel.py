@@ -63,8 +63,7 @@ class DataParallelWorker(Worker):
             ``params``, ``grads`` and ``optimizer`` state, and ``comm_per_step``
             (payload bytes this rank contributed to collectives per step).
         """
-        if not dist.is_initialized():
-            self.init_process_group()
+        self.init_process_group()  # idempotent: joins the group on the first call only
         model = make_mlp(hidden, seed=0)
         counter: Counter = Counter()
         if strategy == "ddp":

@@ -45,8 +45,7 @@ class PipelineWorker(Worker):
             )
         if batch % micro_batches:
             raise ValueError(f"batch {batch} does not split into {micro_batches} micro-batches")
-        if not dist.is_initialized():
-            self.init_process_group()
+        self.init_process_group()  # idempotent: joins the group on the first call only
         w1, w2 = full_weights(hidden, ffn)
         x = torch.randn(batch, hidden, generator=torch.Generator().manual_seed(1))
         size = batch // micro_batches

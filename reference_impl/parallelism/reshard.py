@@ -43,8 +43,7 @@ class ReshardWorker(Worker):
         whole block, and ``correct``: both ways give exactly the TP shards of
         the full weights.
         """
-        if not dist.is_initialized():
-            self.init_process_group()
+        self.init_process_group()  # idempotent: joins the group on the first call only
         n, r = self.world_size, self.rank
         w1, w2 = full_weights(hidden, ffn)  # only to check the result
         fsdp_w1 = w1.chunk(n, dim=0)[r].contiguous()  # what training holds

@@ -43,8 +43,7 @@ class TensorParallelWorker(Worker):
         weights this rank holds and of the whole block, and the all-reduce
         payload in bytes.
         """
-        if not dist.is_initialized():
-            self.init_process_group()
+        self.init_process_group()  # idempotent: joins the group on the first call only
         w1, w2 = full_weights(hidden, ffn)
         x = torch.randn(batch, hidden, generator=torch.Generator().manual_seed(1))
         reference = torch.relu(x @ w1.T) @ w2.T
