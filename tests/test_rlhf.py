@@ -3,7 +3,9 @@
 Tests that start Ray are marked ``rlhf`` and run in ``nox -s rlhf`` (CI runs it
 after ``nox``): a short run in the separate-pools layout that must report every
 metric, a killed run that must resume on the same trajectory, and the learning
-test (the CPU preset reaches ``critic/score/mean >= 0.9`` within 5 minutes).
+test (the CPU preset reaches ``critic/score/mean >= 0.9`` within 5 minutes). One run on
+Ray stays in the default suite: a single GRPO step of the gpu preset's shape on CPU, so
+that a mistake in that preset fails on every machine.
 """
 
 from __future__ import annotations
