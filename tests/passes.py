@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -135,7 +136,7 @@ def plan(runners: int, isolated: bool) -> list[Pass]:
 
 
 def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
-    one.log = logs / (one.name.split(" (")[0].replace(" ", "-") + ".log")
+    one.log = logs / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
     command = one.command
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
