@@ -126,3 +126,42 @@ def test_gpu_blocks_are_commented_out_in_the_script():
     assert all(f"# {line}".rstrip() in script.splitlines() for line in gpu.source.splitlines())
     assert "Needs a CUDA GPU" in script
     assert gpu.source.splitlines()[0] not in code_lines(script)
+
+
+def test_the_launcher_keeps_other_threads_off_stdout(tmp_path):
+    """Ray prints forwarded lines from a background thread; they must not splice a block's.
+
+    Unbuffered (``-u``), each ``print`` is two writes, text and newline, and a thread
+    switch between them joins two threads' lines; 2000 lines from each make that all but
+    certain without the launcher (tests/docblocks/script_launcher.py).
+    """
+    import subprocess
+    import sys
+
+    from tests.docblocks.page_scripts import LAUNCHER
+
+    script = tmp_path / "page.py"
+    script.write_text(
+        "import sys, threading\n"
+        "def chatter():\n"
+        "    for _ in range(2000):\n"
+        "        print('(raylet) a forwarded line')\n"
+        "thread = threading.Thread(target=chatter)\n"
+        "thread.start()\n"
+        "for i in range(2000):\n"
+        "    print(f'block line {i}')\n"
+        "thread.join()\n"
+        "folder = __file__.rsplit('/', 1)[0]\n"
+        "print(__name__, sys.argv == [__file__], sys.path[0] == folder)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-u", str(LAUNCHER), str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert run.stdout.splitlines() == [f"block line {i}" for i in range(2000)] + [
+        "__main__ True True"
+    ]
+    assert run.stderr.splitlines() == ["(raylet) a forwarded line"] * 2000

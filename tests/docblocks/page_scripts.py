@@ -8,6 +8,8 @@ one plus a marker line printed before each python block
 (``script_text(..., markers=True)``), so that its output can be cut into what
 each block printed; it runs with ``python -u`` in a fresh process, in an empty
 working directory, with a hard time limit that kills its whole process group.
+It is started through ``script_launcher.py``, which keeps what Ray's background
+thread prints off stdout, so it cannot splice itself into a block's line.
 
 A block that raises ends the script: that block's item fails with the
 traceback, and the items of the blocks after it fail as not run.
@@ -38,6 +40,7 @@ DOCS = REPO / "docs"
 # A page's whole script, Ray's start-up included; pytest's per-item limit is raised to
 # this for the item that runs it (plugin.py).
 SCRIPT_LIMIT_S = 480
+LAUNCHER = Path(__file__).with_name("script_launcher.py")
 # The autoscaler's lines, which Ray's driver prints from its own thread: never what a
 # block printed (in-process, python_blocks.MainThreadOnly keeps them out the same way).
 AUTOSCALER = re.compile(r"^(\x1b\[[0-9;]*m)?\(autoscaler \+\d+s\)")
@@ -115,7 +118,7 @@ def run_page_script(page: Path) -> PageRun:
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         # -u: the markers and what the page's own subprocesses print reach the pipe in order.
         process = subprocess.Popen(
-            [sys.executable, "-u", str(script)],
+            [sys.executable, "-u", str(LAUNCHER), str(script)],
             cwd=work,
             env={**os.environ, "PATH": path},
             stdout=subprocess.PIPE,
