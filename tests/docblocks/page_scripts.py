@@ -42,7 +42,7 @@ DOCS = REPO / "docs"
 SCRIPT_LIMIT_S = 480
 LAUNCHER = Path(__file__).with_name("script_launcher.py")
 # The autoscaler's lines, which Ray's driver prints from its own thread: never what a
-# block printed (in-process, python_blocks.MainThreadOnly keeps them out the same way).
+# block printed (script_launcher.MainThreadOnly keeps the driver's other lines off stdout).
 AUTOSCALER = re.compile(r"^(\x1b\[[0-9;]*m)?\(autoscaler \+\d+s\)")
 
 

@@ -12,7 +12,6 @@ import io
 import json
 import re
 import sys
-import threading
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from tests.docblocks.match import clean, matches
+from tests.docblocks.script_launcher import MainThreadOnly
 
 try:
     import tomllib
@@ -67,33 +67,14 @@ class Problem:
     message: str
 
 
-class MainThreadOnly(io.TextIOBase):
-    """A stdout that keeps only what the block's own thread prints.
-
-    Ray's driver prints worker logs (``(pid=123) ...``) from a background
-    thread at unpredictable times. They must not leak into the text that an
-    ``output`` block is compared with, so they go to the real stdout instead.
-    """
-
-    def __init__(self, captured: io.StringIO, passthrough) -> None:
-        self.captured = captured
-        self.passthrough = passthrough
-        self.owner = threading.current_thread()
-
-    def write(self, text: str) -> int:
-        target = self.captured if threading.current_thread() is self.owner else self.passthrough
-        return target.write(text)
-
-    def flush(self) -> None:
-        self.passthrough.flush()
-
-
 def run_python(example) -> None:
     block: PythonBlock = example.parsed
     block.printed = None
     # Leading newlines make tracebacks point at the right line of the .md file.
     code = compile("\n" * example.line + block.source, example.path, "exec")
     captured = io.StringIO()
+    # Ray's driver prints worker logs (``(pid=123) ...``) from a background thread at
+    # unpredictable times: they go to the real stdout, not into what the block printed.
     with redirect_stdout(MainThreadOnly(captured, sys.stdout)):
         exec(code, example.namespace)
     printed = captured.getvalue()

@@ -10,7 +10,7 @@ a forwarded line and the page's ``worker group 'demo', rank 1 ... died`` become
 one line, which the harness then drops as forwarded. Here writes to
 ``sys.stdout`` from any thread but the main one go to stderr instead, where the
 harness keeps them for a failure's report; stdout holds what the page's blocks
-printed. (In-process, ``python_blocks.MainThreadOnly`` does the same.)
+printed. (In-process, ``python_blocks.run_python`` uses the same class.)
 
 Everything else is as in ``python script.py``: ``sys.argv``, ``sys.path[0]`` (the
 script's folder) and ``__name__ == "__main__"``. The reader's own run is
@@ -26,32 +26,34 @@ import threading
 from pathlib import Path
 
 
-class MainThreadStdout(io.TextIOBase):
-    """``sys.stdout`` for the main thread; other threads' writes go to ``sys.stderr``."""
+class MainThreadOnly(io.TextIOBase):
+    """A stdout that sends what the thread that made it writes to ``owned``, and what
+    any other thread writes to ``others``.
 
-    def __init__(self, stdout, stderr) -> None:
-        self.stdout = stdout
-        self.stderr = stderr
-        self.main = threading.main_thread()
+    Here (a page's script) ``owned`` is the real stdout and ``others`` stderr; in-process
+    (``python_blocks.run_python``) ``owned`` is the block's captured output and ``others``
+    the real stdout.
+    """
+
+    def __init__(self, owned, others) -> None:
+        self.owned = owned
+        self.others = others
+        self.owner = threading.current_thread()
 
     def write(self, text: str) -> int:
-        target = self.stdout if threading.current_thread() is self.main else self.stderr
+        target = self.owned if threading.current_thread() is self.owner else self.others
         return target.write(text)
 
     def flush(self) -> None:
-        self.stdout.flush()
-        self.stderr.flush()
+        self.owned.flush()
+        self.others.flush()
 
     # A page may hand sys.stdout to a subprocess or ask whether it is a terminal.
     def fileno(self) -> int:
-        return self.stdout.fileno()
+        return self.owned.fileno()
 
     def isatty(self) -> bool:
-        return self.stdout.isatty()
-
-    @property
-    def encoding(self) -> str:
-        return self.stdout.encoding
+        return self.owned.isatty()
 
 
 def main() -> None:
@@ -60,7 +62,7 @@ def main() -> None:
     script = Path(sys.argv[1]).resolve()
     sys.argv = [str(script)]
     sys.path[0] = str(script.parent)  # python script.py puts the script's folder first
-    sys.stdout = MainThreadStdout(sys.stdout, sys.stderr)
+    sys.stdout = MainThreadOnly(sys.stdout, sys.stderr)  # made here, in the main thread
     runpy.run_path(str(script), run_name="__main__")
 
 
