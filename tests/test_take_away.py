@@ -15,13 +15,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.docblocks.collect import blocks_of
-from tests.docblocks.page_scripts import runs_as_script, take_away
+from tests.docblocks.page_scripts import LAUNCHER, runs_as_script, take_away
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -135,11 +137,6 @@ def test_the_launcher_keeps_other_threads_off_stdout(tmp_path):
     switch between them joins two threads' lines; 2000 lines from each make that all but
     certain without the launcher (tests/docblocks/script_launcher.py).
     """
-    import subprocess
-    import sys
-
-    from tests.docblocks.page_scripts import LAUNCHER
-
     script = tmp_path / "page.py"
     script.write_text(
         "import sys, threading\n"

@@ -41,8 +41,9 @@ DOCS = REPO / "docs"
 # this for the item that runs it (plugin.py).
 SCRIPT_LIMIT_S = 480
 LAUNCHER = Path(__file__).with_name("script_launcher.py")
-# The autoscaler's lines, which Ray's driver prints from its own thread: never what a
-# block printed (script_launcher.MainThreadOnly keeps the driver's other lines off stdout).
+# The autoscaler's lines: never what a block printed. The script's own driver prints them
+# from a background thread (script_launcher.MainThreadOnly sends those to stderr), but a
+# driver that a block starts as a subprocess prints them to the shared stdout.
 AUTOSCALER = re.compile(r"^(\x1b\[[0-9;]*m)?\(autoscaler \+\d+s\)")
 
 
