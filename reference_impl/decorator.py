@@ -39,12 +39,16 @@ from __future__ import annotations
 
 import enum
 import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FunctionType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reference_impl.data_proto import DataProto, DataProtoFuture
+if TYPE_CHECKING:
+    # Imported where used: data_proto imports torch, and worker processes import this
+    # module (their registered methods' wrapper lives here) but may never see a batch.
+    from reference_impl.data_proto import DataProto, DataProtoFuture
 
 
 class Dispatch(enum.Enum):
@@ -130,6 +134,8 @@ def collect_dp_compute(worker_group, outputs: list) -> list:
 
 
 def _chunk(name: str, value: Any, chunks: int) -> list:
+    from reference_impl.data_proto import DataProto, DataProtoFuture
+
     if isinstance(value, DataProto | DataProtoFuture):
         return value.chunk(chunks)
     # veRL asserts the same (verl/single_controller/base/decorator.py,
@@ -169,6 +175,8 @@ def dispatch_dp_compute_data_proto_with_func(worker_group, fn, *args, **kwargs):
 
 def collect_dp_compute_data_proto(worker_group, outputs: list) -> DataProto | DataProtoFuture:
     """Concatenate the per-rank batches (or their futures, when the call did not block)."""
+    from reference_impl.data_proto import DataProto, DataProtoFuture
+
     outputs = collect_dp_compute(worker_group, outputs)
     if all(isinstance(o, DataProto) for o in outputs):
         return DataProto.concat(outputs)
@@ -249,7 +257,14 @@ class Registration:
 
 def _materialize(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     # A DataProtoFuture arrives on the worker unresolved: fetch it here, inside the
-    # worker, so the data never passes through the driver.
+    # worker, so the data never passes through the driver. Unpickling a DataProtoFuture
+    # argument imported its module; if that module is not loaded, no argument is one, and
+    # the worker need not import it (and torch) to check.
+    data_proto = sys.modules.get("reference_impl.data_proto")
+    if data_proto is None:
+        return args, kwargs
+    DataProtoFuture = data_proto.DataProtoFuture
+
     def get(v):
         return v.get() if isinstance(v, DataProtoFuture) else v
 

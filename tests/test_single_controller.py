@@ -549,3 +549,20 @@ def test_get_placement_groups_and_master_addr_port_as_in_verl(pool, shared):
     ids = shared.identity()
     pairs = ray.get([w.get_master_addr_port.remote() for w in shared.workers])
     assert pairs == [ids[0]["master"]] * 2
+
+
+def test_a_worker_that_gets_no_batch_does_not_import_torch(pool):
+    """``reference_impl`` loads its names on first use, so a rank that never receives a
+    DataProto does not import torch (about 2 CPU-seconds per worker process). The class is
+    defined here, inside the test, so that Ray ships it by value, as a page script's is;
+    a class defined at this module's top level would make the rank import this module,
+    and with it torch."""
+
+    class Idle(Worker):
+        @register(Dispatch.ONE_TO_ALL)
+        def loaded(self, names):
+            return [name for name in names if name in sys.modules]
+
+    group = RayWorkerGroup(pool(), RayClassWithInitArgs(ray.remote(Idle)))
+    names = ["torch", "reference_impl.data_proto", "reference_impl.worker"]
+    assert group.loaded(names) == [["reference_impl.worker"]] * 2
