@@ -22,9 +22,18 @@ of its own, where Linux namespaces are available, and runs all passes together:
 * its own ``/etc/resolv.conf`` (in a private mount namespace): no DNS server is reachable
   in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
   lookup fail at once instead of after a 10 s timeout.
+* its own ``/tmp/ray`` (a bind mount, in the same mount namespace): ``ray.init()`` with no
+  address connects to the cluster named in ``/tmp/ray/ray_current_cluster``, and
+  ``ray.cluster_utils.Cluster`` writes that file there whatever ``RAY_TMPDIR`` says; shared,
+  a shell page's cluster was found by the parallel pass's ``ray.init(num_cpus=4)``, which
+  then failed ("When connecting to an existing cluster, num_cpus and num_gpus must not be
+  provided").
 
 It is not the default: on the 2-core CI machine, the extra load made timing-sensitive
 pages (the troubleshooting chapter's timeouts, the dashboard's first answers) fail.
+It does not save time there either: both passes are CPU-bound together (on a 2-core
+machine, measured: the parallel pass alone 919 s at 92 % of both cores; beside the shell
+pages 1179 s, the machine 95 % busy, and the shell pages slower than alone).
 Each pass writes to its own log; the logs are printed whole, one after the other, when
 all passes have ended, followed by each pass's wall time.
 """
@@ -56,6 +65,7 @@ ip link set lo up
 ip addr add 10.9.0.2/32 dev lo
 ip route add default dev lo src 10.9.0.2
 mount --bind "$RESOLV_CONF" /etc/resolv.conf
+mount --bind "$PRIVATE_RAY_TMP" /tmp/ray
 set +e
 exec "$@"
 """
@@ -80,7 +90,11 @@ def namespaces_work(resolv_conf: Path) -> bool:
     try:
         done = subprocess.run(
             [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "true"],
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "RESOLV_CONF": str(resolv_conf)},
+            env={
+                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                "RESOLV_CONF": str(resolv_conf),
+                "PRIVATE_RAY_TMP": str(resolv_conf.parent),
+            },
             capture_output=True,
             timeout=30,
         )
@@ -140,7 +154,10 @@ def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
     command = one.command
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
-    env = {**os.environ, "RESOLV_CONF": str(resolv_conf)}
+    private_ray_tmp = logs / (one.log.stem + "-tmp-ray")
+    private_ray_tmp.mkdir()
+    Path("/tmp/ray").mkdir(exist_ok=True)  # the mount point
+    env = {**os.environ, "RESOLV_CONF": str(resolv_conf), "PRIVATE_RAY_TMP": str(private_ray_tmp)}
     with open(one.log, "wb") as out:
         one.process = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
