@@ -23,10 +23,11 @@ of its own, where Linux namespaces are available, and runs all passes together:
   in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
   lookup fail at once instead of after a 10 s timeout.
 * its own ``/tmp/ray`` (a bind mount, in the same mount namespace): ``ray.init()`` with no
-  address connects to the cluster named in ``/tmp/ray/ray_current_cluster``, and
-  ``ray.cluster_utils.Cluster`` writes that file there whatever ``RAY_TMPDIR`` says; shared,
-  a shell page's cluster was found by the parallel pass's ``ray.init(num_cpus=4)``, which
-  then failed ("When connecting to an existing cluster, num_cpus and num_gpus must not be
+  address connects to the cluster named in ``ray_current_cluster`` in Ray's temp directory
+  (``/tmp/ray`` unless ``RAY_TMPDIR`` is set), which ``ray start`` and
+  ``ray.cluster_utils.Cluster`` write. Shared, the cluster of an ``alone`` test that sets no
+  ``RAY_TMPDIR`` was found by the parallel pass's ``ray.init(num_cpus=4)``, which then
+  failed ("When connecting to an existing cluster, num_cpus and num_gpus must not be
   provided").
 
 It is not the default: on the 2-core CI machine, the extra load made timing-sensitive
@@ -65,6 +66,7 @@ ip link set lo up
 ip addr add 10.9.0.2/32 dev lo
 ip route add default dev lo src 10.9.0.2
 mount --bind "$RESOLV_CONF" /etc/resolv.conf
+mkdir -p /tmp/ray
 mount --bind "$PRIVATE_RAY_TMP" /tmp/ray
 set +e
 exec "$@"
@@ -152,12 +154,11 @@ def plan(runners: int, isolated: bool) -> list[Pass]:
 def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
     one.log = logs / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
     command = one.command
+    env = {**os.environ, "RESOLV_CONF": str(resolv_conf)}
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
-    private_ray_tmp = logs / (one.log.stem + "-tmp-ray")
-    private_ray_tmp.mkdir()
-    Path("/tmp/ray").mkdir(exist_ok=True)  # the mount point
-    env = {**os.environ, "RESOLV_CONF": str(resolv_conf), "PRIVATE_RAY_TMP": str(private_ray_tmp)}
+        env["PRIVATE_RAY_TMP"] = str(logs / (one.log.stem + "-tmp-ray"))
+        Path(env["PRIVATE_RAY_TMP"]).mkdir()
     with open(one.log, "wb") as out:
         one.process = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
