@@ -1,7 +1,7 @@
 """Run the test suite's passes: the parallel pass, then the shell pages (or all at once).
 
     python -m tests.passes                 (what `nox -s tests` runs: one after the other)
-    python -m tests.passes --at-once [--shell-runners 2]
+    python -m tests.passes --at-once [--shell-runners 1] [--parallel-workers 1]
 
 The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
 
@@ -30,11 +30,24 @@ of its own, where Linux namespaces are available, and runs all passes together:
   failed ("When connecting to an existing cluster, num_cpus and num_gpus must not be
   provided").
 
-It is not the default: on the 2-core CI machine, the extra load made timing-sensitive
-pages (the troubleshooting chapter's timeouts, the dashboard's first answers) fail.
-It does not save time there either: both passes are CPU-bound together (on a 2-core
-machine, measured: the parallel pass alone 919 s at 92 % of both cores; beside the shell
-pages 1179 s, the machine 95 % busy, and the shell pages slower than alone).
+Beside them, the parallel pass gets one xdist worker (``--parallel-workers``), and
+there is one shell runner unless ``--shell-runners`` asks for more: the aim is to fill
+the cores, not to oversubscribe them. Ray gives a new raylet 30 s to register with the
+GCS (``ray/_private/node.py``), and on a machine loaded several times over, starts fail.
+
+It is not the default. Measured on one 2-core machine (November 2026, fresh clones):
+
+* one after the other: parallel pass 901 s, shell pages 1004 s, 1905 s in all, green;
+* ``--at-once --shell-runners 2``, the parallel pass at ``-n 2`` under ``nice``: two runs,
+  1426 s and 1422 s, both red. In the first, two pages' timings broke (since made to hold
+  under load); in the second, at load average 13 to 15, ``ray.init()`` in
+  ``tests/test_single_controller.py`` ("The current node timed out during startup") and a
+  second node's ``ray start`` on ``docs/troubleshooting/gpus.md`` failed;
+* ``--at-once`` as it is now (one shell runner, ``-n 1``): 1580 s, green, load average
+  about 4.
+
+One green run is not enough to trust it on CI, where a red run blocks a change.
+
 Each pass writes to its own log; the logs are printed whole, one after the other, when
 all passes have ended, followed by each pass's wall time.
 """
@@ -132,12 +145,15 @@ def with_twins(pages: list[Path]) -> list[str]:
     return [str(p.relative_to(REPO)) for page in pages for p in (page, twin(page)) if p.exists()]
 
 
-def plan(runners: int, isolated: bool) -> list[Pass]:
+def plan(runners: int, isolated: bool, parallel_workers: int) -> list[Pass]:
     pytest = [sys.executable, "-m", "pytest"]
     parallel = Pass("parallel pass", [*pytest, "--durations=15"])
     serial = [*pytest, "-m", "shell or alone", "-n", "0", "--durations=5"]
     if not isolated:
         return [parallel, Pass("shell pages and `alone` items", serial)]
+    # Beside the shell passes, few xdist workers (one by default): the cores are shared out,
+    # not oversubscribed (Ray gives a raylet 30 s to register, then fails the start).
+    parallel.command = [*parallel.command, "-n", str(parallel_workers)]
     groups = split(shell_pages(), runners)
     passes = [parallel]
     # Every runner but the last takes its pages by path; the last collects everything
@@ -171,11 +187,16 @@ def main() -> int:
     parser.add_argument(
         "--at-once", action="store_true", help="all passes together, shell passes in namespaces"
     )
-    parser.add_argument("--shell-runners", type=int, default=2, help="with --at-once")
+    parser.add_argument("--shell-runners", type=int, default=1, help="with --at-once")
+    parser.add_argument(
+        "--parallel-workers", type=int, default=1, help="with --at-once: the parallel pass's -n"
+    )
     arguments = parser.parse_args()
     runners = arguments.shell_runners
     if runners < 1:
         parser.error(f"--shell-runners must be at least 1, got {runners}")
+    if arguments.parallel_workers < 1:
+        parser.error(f"--parallel-workers must be at least 1, got {arguments.parallel_workers}")
 
     work = Path(tempfile.mkdtemp(prefix="passes-"))
     resolv_conf = work / "resolv.conf"
@@ -183,13 +204,16 @@ def main() -> int:
     isolated = (
         arguments.at_once and sys.platform.startswith("linux") and namespaces_work(resolv_conf)
     )
-    passes = plan(runners, isolated)
+    passes = plan(runners, isolated, arguments.parallel_workers)
     if isolated:
         for one in passes:
             start(one, work, resolv_conf)
-        for one in passes:
-            one.process.wait()
-            one.seconds = time.monotonic() - one.started
+        running = list(passes)
+        while running:  # each pass's own time: poll, since they end in any order
+            time.sleep(1)
+            for one in [one for one in running if one.process.poll() is not None]:
+                one.seconds = time.monotonic() - one.started
+                running.remove(one)
     else:
         for one in passes:  # one after the other: a shell page's `ray stop` stops all Ray
             start(one, work, resolv_conf)
@@ -198,7 +222,7 @@ def main() -> int:
 
     failed = []
     for one in passes:
-        print(f"\n{'#' * 20} {one.name}: {' '.join(one.command[1:])}\n", flush=True)
+        print(f"\n{'#' * 20} {one.name}: {' '.join(one.command)}\n", flush=True)
         sys.stdout.write(one.log.read_text(errors="replace"))
         # Exit code 5 (nothing selected) is fine for a shell pass given no shell page.
         if one.process.returncode not in (0, 5):
