@@ -1,6 +1,7 @@
-"""Run the test suite's passes: the parallel pass, then the shell pages (or all at once).
+"""Run the test suite's passes: the parallel pass, then the shell pages side by side.
 
-    python -m tests.passes                 (what `nox -s tests` runs: one after the other)
+    python -m tests.passes                  (what `nox -s tests` runs)
+    python -m tests.passes --shell-runners 3
     python -m tests.passes --at-once [--shell-runners 1] [--parallel-workers 1]
 
 The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
@@ -11,42 +12,47 @@ The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
   every Ray process it can see, and ``ray start --head`` wants port 6379, so a shell
   page cannot share a machine with anything else that runs Ray.
 
-By default the shell pages run after the parallel pass, one at a time. Shell pages mostly
-wait (on ``ray start``, on a timeout the page demonstrates, on ``ray status`` until a node
-joins): one takes about a third of a core. ``--at-once`` gives each shell pass a machine
-of its own, where Linux namespaces are available, and runs all passes together:
+A shell page mostly waits: on ``ray start``, on a timeout the page demonstrates, on
+``ray status`` until a node joins. One at a time, the shell pages kept 0.8 of 2 cores
+busy (494 CPU-s in 618 s, November 2026). So, where Linux namespaces are available, the
+shell pages are split among ``--shell-runners`` runners (2 by default), and each runner
+gets a machine of its own:
 
 * a private PID namespace: its ``ray stop`` sees, and stops, only its own processes;
 * a private network namespace: its own port 6379. Loopback gets an address and a default
   route, so Ray finds a node IP the way it does on a real host;
 * its own ``/etc/resolv.conf`` (in a private mount namespace): no DNS server is reachable
   in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
-  lookup fail at once instead of after a 10 s timeout.
-* its own ``/tmp/ray`` (a bind mount, in the same mount namespace): ``ray.init()`` with no
-  address connects to the cluster named in ``ray_current_cluster`` in Ray's temp directory
-  (``/tmp/ray`` unless ``RAY_TMPDIR`` is set), which ``ray start`` and
-  ``ray.cluster_utils.Cluster`` write. Shared, the cluster of an ``alone`` test that sets no
-  ``RAY_TMPDIR`` was found by the parallel pass's ``ray.init(num_cpus=4)``, which then
-  failed ("When connecting to an existing cluster, num_cpus and num_gpus must not be
-  provided").
+  lookup fail at once instead of after a 10 s timeout;
+* its own ``/tmp`` (a bind mount, in the same mount namespace). Pages name fixed paths
+  there (``ray start --temp-dir=/tmp/ray-node2`` on five pages), and ``ray.init()`` with no
+  address connects to the cluster named in ``ray_current_cluster`` under Ray's temp
+  directory (``/tmp/ray`` unless ``RAY_TMPDIR`` is set), which ``ray start`` and
+  ``ray.cluster_utils.Cluster`` write: shared, an ``alone`` test's cluster was once found
+  by another pass's ``ray.init(num_cpus=4)``, which then failed ("When connecting to an
+  existing cluster, num_cpus and num_gpus must not be provided").
 
-Beside them, the parallel pass gets one xdist worker (``--parallel-workers``), and
-there is one shell runner unless ``--shell-runners`` asks for more: the aim is to fill
-the cores, not to oversubscribe them. Ray gives a new raylet 30 s to register with the
-GCS (``ray/_private/node.py``), and on a machine loaded several times over, starts fail.
+The runners start when the parallel pass has ended, not beside it: the parallel pass
+alone keeps about 1.65 cores busy, and on a machine loaded several times over Ray's own
+start-up fails (a new raylet has 30 s to register with the GCS, ``ray/_private/node.py``).
+``--at-once`` starts everything together, the parallel pass with ``--parallel-workers``
+xdist workers (1 by default). Without namespaces (not Linux, or no privilege to make
+them) the shell pages run one at a time after the parallel pass.
 
-It is not the default. Measured on one 2-core machine (November 2026, fresh clones):
+Measured on one 2-core machine (November 2026, fresh clones):
 
-* one after the other: parallel pass 901 s, shell pages 1004 s, 1905 s in all, green;
-* ``--at-once --shell-runners 2``, the parallel pass at ``-n 2`` under ``nice``: two runs,
-  1426 s and 1422 s, both red. In the first, two pages' timings broke (since made to hold
-  under load); in the second, at load average 13 to 15, ``ray.init()`` in
-  ``tests/test_single_controller.py`` ("The current node timed out during startup") and a
-  second node's ``ray start`` on ``docs/troubleshooting/gpus.md`` failed;
-* ``--at-once`` as it is now (one shell runner, ``-n 1``): 1580 s, green, load average
-  about 4.
+| how the passes ran | parallel pass | shell pages | in all | result |
+|---|---|---|---|---|
+| one after the other, one shell page at a time | 422 s | 618 s | 1040 s | green |
+| shell pages in 2 runners at once (the default) | | 384 s | | green |
+| shell pages in 3 runners at once | | 366 s | | green |
 
-One green run is not enough to trust it on CI, where a red run blocks a change.
+With 2 runners the shell pages used 545 CPU-s (1.4 cores); with 3, 606 CPU-s and the
+slowest runner's pages ran 80 % longer than alone: past 2 runners the cores are full.
+An earlier, slower machine (a shell page there took about 1.6 times as long):
+``--at-once`` with 2 shell runners and the parallel pass at ``-n 2`` failed twice, at
+load average 13 to 15 (Ray start-ups timed out); with 1 runner and ``-n 1`` it was green
+and 17 % faster than one page at a time.
 
 Each pass writes to its own log; the logs are printed whole, one after the other, when
 all passes have ended, followed by each pass's wall time.
@@ -71,7 +77,8 @@ REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 
 # Inside the namespaces: loopback up, with an address and a default route (Ray reads the
-# node IP from the route to the outside), and a resolv.conf whose server answers at once.
+# node IP from the route to the outside), a resolv.conf whose server answers at once, and
+# a private /tmp. $RESOLV_CONF and $PRIVATE_TMP live in the shared /tmp: bind them first.
 NAMESPACE_SETUP = """
 set -e
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -79,8 +86,7 @@ ip link set lo up
 ip addr add 10.9.0.2/32 dev lo
 ip route add default dev lo src 10.9.0.2
 mount --bind "$RESOLV_CONF" /etc/resolv.conf
-mkdir -p /tmp/ray
-mount --bind "$PRIVATE_RAY_TMP" /tmp/ray
+mount --bind "$PRIVATE_TMP" /tmp
 set +e
 exec "$@"
 """
@@ -100,15 +106,17 @@ class Pass:
     seconds: float = 0.0
 
 
-def namespaces_work(resolv_conf: Path) -> bool:
+def namespaces_work(work: Path, resolv_conf: Path) -> bool:
     """Can this machine give a command private PID, network and mount namespaces?"""
+    private_tmp = work / "probe-tmp"
+    private_tmp.mkdir()
     try:
         done = subprocess.run(
             [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "true"],
             env={
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 "RESOLV_CONF": str(resolv_conf),
-                "PRIVATE_RAY_TMP": str(resolv_conf.parent),
+                "PRIVATE_TMP": str(private_tmp),
             },
             capture_output=True,
             timeout=30,
@@ -145,36 +153,40 @@ def with_twins(pages: list[Path]) -> list[str]:
     return [str(p.relative_to(REPO)) for page in pages for p in (page, twin(page)) if p.exists()]
 
 
-def plan(runners: int, isolated: bool, parallel_workers: int) -> list[Pass]:
+def plan(runners: int, isolated: bool, at_once: bool, parallel_workers: int) -> list[list[Pass]]:
+    """The passes, in phases: a phase's passes run together, and a phase starts when the
+    one before it has ended."""
     pytest = [sys.executable, "-m", "pytest"]
     parallel = Pass("parallel pass", [*pytest, "--durations=15"])
     serial = [*pytest, "-m", "shell or alone", "-n", "0", "--durations=5"]
-    if not isolated:
-        return [parallel, Pass("shell pages and `alone` items", serial)]
-    # Beside the shell passes, few xdist workers (one by default): the cores are shared out,
-    # not oversubscribed (Ray gives a raylet 30 s to register, then fails the start).
-    parallel.command = [*parallel.command, "-n", str(parallel_workers)]
+    if not isolated:  # one at a time: a shell page's `ray stop` would stop any other Ray
+        return [[parallel], [Pass("shell pages and `alone` items", serial)]]
     groups = split(shell_pages(), runners)
-    passes = [parallel]
+    shell = []
     # Every runner but the last takes its pages by path; the last collects everything
     # else that is `shell` or `alone` (the `alone` tests included), so no item is lost.
     for number, group in enumerate(groups[:-1], start=1):
         name = f"shell runner {number} ({len(group)} pages)"
-        passes.append(Pass(name, [*serial, *with_twins(group)], isolated=True))
+        shell.append(Pass(name, [*serial, *with_twins(group)], isolated=True))
     taken = [f"--ignore={path}" for group in groups[:-1] for path in with_twins(group)]
     name = f"shell runner {len(groups)} ({len(groups[-1])} pages and the `alone` items)"
-    passes.append(Pass(name, [*serial, *taken], isolated=True))
-    return passes
+    shell.append(Pass(name, [*serial, *taken], isolated=True))
+    if not at_once:
+        return [[parallel], shell]
+    # Beside the shell runners, few xdist workers (one by default): the cores are shared
+    # out, not oversubscribed (Ray gives a raylet 30 s to register, then fails the start).
+    parallel.command = [*parallel.command, "-n", str(parallel_workers)]
+    return [[parallel, *shell]]
 
 
-def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
-    one.log = logs / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
+def start(one: Pass, work: Path, resolv_conf: Path) -> None:
+    one.log = work / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
     command = one.command
     env = {**os.environ, "RESOLV_CONF": str(resolv_conf)}
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
-        env["PRIVATE_RAY_TMP"] = str(logs / (one.log.stem + "-tmp-ray"))
-        Path(env["PRIVATE_RAY_TMP"]).mkdir()
+        env["PRIVATE_TMP"] = str(work / (one.log.stem + "-tmp"))
+        Path(env["PRIVATE_TMP"]).mkdir()
     with open(one.log, "wb") as out:
         one.process = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
@@ -182,12 +194,29 @@ def start(one: Pass, logs: Path, resolv_conf: Path) -> None:
     one.started = time.monotonic()
 
 
+def run_phase(phase: list[Pass], work: Path, resolv_conf: Path) -> None:
+    """Start every pass of the phase; return when all have ended, each with its own time."""
+    for one in phase:
+        start(one, work, resolv_conf)
+    running = list(phase)
+    while running:  # poll, since they end in any order
+        time.sleep(1)
+        for one in [one for one in running if one.process.poll() is not None]:
+            one.seconds = time.monotonic() - one.started
+            running.remove(one)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--at-once", action="store_true", help="all passes together, shell passes in namespaces"
+        "--shell-runners",
+        type=int,
+        default=2,
+        help="how many namespaced runners share out the shell pages (default 2)",
     )
-    parser.add_argument("--shell-runners", type=int, default=1, help="with --at-once")
+    parser.add_argument(
+        "--at-once", action="store_true", help="the shell runners beside the parallel pass"
+    )
     parser.add_argument(
         "--parallel-workers", type=int, default=1, help="with --at-once: the parallel pass's -n"
     )
@@ -201,25 +230,12 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="passes-"))
     resolv_conf = work / "resolv.conf"
     resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-    isolated = (
-        arguments.at_once and sys.platform.startswith("linux") and namespaces_work(resolv_conf)
-    )
-    passes = plan(runners, isolated, arguments.parallel_workers)
-    if isolated:
-        for one in passes:
-            start(one, work, resolv_conf)
-        running = list(passes)
-        while running:  # each pass's own time: poll, since they end in any order
-            time.sleep(1)
-            for one in [one for one in running if one.process.poll() is not None]:
-                one.seconds = time.monotonic() - one.started
-                running.remove(one)
-    else:
-        for one in passes:  # one after the other: a shell page's `ray stop` stops all Ray
-            start(one, work, resolv_conf)
-            one.process.wait()
-            one.seconds = time.monotonic() - one.started
+    isolated = sys.platform.startswith("linux") and namespaces_work(work, resolv_conf)
+    phases = plan(runners, isolated, arguments.at_once, arguments.parallel_workers)
+    for phase in phases:
+        run_phase(phase, work, resolv_conf)
 
+    passes = [one for phase in phases for one in phase]
     failed = []
     for one in passes:
         print(f"\n{'#' * 20} {one.name}: {' '.join(one.command)}\n", flush=True)
@@ -227,11 +243,12 @@ def main() -> int:
         # Exit code 5 (nothing selected) is fine for a shell pass given no shell page.
         if one.process.returncode not in (0, 5):
             failed.append(one.name)
-    how = (
-        "at once, each shell pass in private PID/network namespaces"
-        if isolated
-        else "one after the other"
-    )
+    if not isolated:
+        how = "one after the other (no namespaces on this machine)"
+    elif arguments.at_once:
+        how = "all at once, each shell runner in private PID/network/mount namespaces"
+    else:
+        how = "the parallel pass, then the shell runners together, each in its own namespaces"
     print(f"\npasses, run {how}:")
     for one in passes:
         print(f"  {one.name}: {one.seconds:.0f} s, exit code {one.process.returncode}")

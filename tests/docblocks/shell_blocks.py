@@ -29,8 +29,8 @@ killed: this process is made a child subreaper (Linux ``prctl``), so the Ray
 daemons that ``ray start`` detaches stay its descendants and can be found.
 ``ray stop`` stops every Ray process it can see, so pages with shell blocks
 (marker ``shell``) never run beside other Ray users: ``tests/passes.py`` runs
-them after the parallel pass (or, with ``--at-once``, in PID and network
-namespaces of their own).
+them after the parallel pass, in runners that each have PID, network and mount
+namespaces of their own.
 """
 
 from __future__ import annotations
