@@ -78,7 +78,8 @@ DOCS = REPO / "docs"
 
 # Inside the namespaces: loopback up, with an address and a default route (Ray reads the
 # node IP from the route to the outside), a resolv.conf whose server answers at once, and
-# a private /tmp. $RESOLV_CONF and $PRIVATE_TMP live in the shared /tmp: bind them first.
+# a private /tmp. A checkout under /tmp (CI may clone there) stays where it was: it is
+# bound into the private /tmp first, and --rbind carries that mount along.
 NAMESPACE_SETUP = """
 set -e
 export PATH="$PATH:/usr/sbin:/sbin"
@@ -86,7 +87,10 @@ ip link set lo up
 ip addr add 10.9.0.2/32 dev lo
 ip route add default dev lo src 10.9.0.2
 mount --bind "$RESOLV_CONF" /etc/resolv.conf
-mount --bind "$PRIVATE_TMP" /tmp
+case "$REPO" in
+  /tmp/*) mkdir -p "$PRIVATE_TMP/${REPO#/tmp/}"; mount --bind "$REPO" "$PRIVATE_TMP/${REPO#/tmp/}";;
+esac
+mount --rbind "$PRIVATE_TMP" /tmp
 set +e
 exec "$@"
 """
@@ -117,6 +121,7 @@ def namespaces_work(work: Path, resolv_conf: Path) -> bool:
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
                 "RESOLV_CONF": str(resolv_conf),
                 "PRIVATE_TMP": str(private_tmp),
+                "REPO": str(REPO),
             },
             capture_output=True,
             timeout=30,
@@ -182,7 +187,7 @@ def plan(runners: int, isolated: bool, at_once: bool, parallel_workers: int) -> 
 def start(one: Pass, work: Path, resolv_conf: Path) -> None:
     one.log = work / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
     command = one.command
-    env = {**os.environ, "RESOLV_CONF": str(resolv_conf)}
+    env = {**os.environ, "RESOLV_CONF": str(resolv_conf), "REPO": str(REPO)}
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
         env["PRIVATE_TMP"] = str(work / (one.log.stem + "-tmp"))
