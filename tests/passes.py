@@ -24,8 +24,9 @@ gets a machine of its own:
 * its own ``/etc/resolv.conf`` (in a private mount namespace): no DNS server is reachable
   in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
   lookup fail at once instead of after a 10 s timeout;
-* its own ``/tmp`` (a bind mount, in the same mount namespace). Pages name fixed paths
-  there (``ray start --temp-dir=/tmp/ray-node2`` on five pages), and ``ray.init()`` with no
+* its own ``/tmp`` (a bind mount, in the same mount namespace; a checkout under ``/tmp``
+  is bound back into it). Pages name fixed paths there (a second node's
+  ``ray start ... --temp-dir=/tmp/ray-node2`` on five pages), and ``ray.init()`` with no
   address connects to the cluster named in ``ray_current_cluster`` under Ray's temp
   directory (``/tmp/ray`` unless ``RAY_TMPDIR`` is set), which ``ray start`` and
   ``ray.cluster_utils.Cluster`` write: shared, an ``alone`` test's cluster was once found
