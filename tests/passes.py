@@ -40,14 +40,16 @@ start-up fails (a new raylet has 30 s to register with the GCS, ``ray/_private/n
 xdist workers (1 by default). Without namespaces (not Linux, or no privilege to make
 them) the shell pages run one at a time after the parallel pass.
 
-Measured on one 2-core machine (November 2026, fresh clones):
+Measured on one 2-core machine (November 2026):
 
-| how the passes ran | parallel pass | shell pages | in all | result |
-|---|---|---|---|---|
-| one after the other, one shell page at a time | 422 s | 618 s | 1040 s | green |
-| shell pages in 2 runners at once (the default) | | 384 s | | green |
-| shell pages in 3 runners at once | | 366 s | | green |
+| how the passes ran | parallel pass | shell pages | result |
+|---|---|---|---|
+| one shell page at a time (a checkout already installed) | 422 s | 618 s | green |
+| shell pages in 2 runners (the same checkout) | | 384 s | green |
+| shell pages in 3 runners (the same checkout) | | 366 s | green |
+| 2 runners, the default: ``bash .ci/run`` on a fresh clone | 474 s | 308 s and 387 s | green |
 
+On the fresh clone all of ``nox`` (installs, both passes, docs, lint) took 902 s.
 With 2 runners the shell pages used 545 CPU-s (1.4 cores); with 3, 606 CPU-s and the
 slowest runner's pages ran 80 % longer than alone: past 2 runners the cores are full.
 An earlier, slower machine (a shell page there took about 1.6 times as long):
