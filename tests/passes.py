@@ -50,6 +50,8 @@ Measured on one 2-core machine (November 2026):
 | 2 runners, the default: ``bash .ci/run`` on a fresh clone | 474 s | 308 s and 387 s | green |
 
 On the fresh clone all of ``nox`` (installs, both passes, docs, lint) took 902 s.
+The parallel pass is CPU-bound at ``-n 2``: at ``-n 3`` (the same clone) it took 458 s
+instead of 474 s and used 850 CPU-s instead of about 700.
 With 2 runners the shell pages used 545 CPU-s (1.4 cores); with 3, 606 CPU-s and the
 slowest runner's pages ran 80 % longer than alone: past 2 runners the cores are full.
 An earlier, slower machine (a shell page there took about 1.6 times as long):
