@@ -115,6 +115,11 @@ class Pass:
     seconds: float = 0.0
 
 
+def namespace_env(resolv_conf: Path, private_tmp: Path, repo: Path = REPO) -> dict[str, str]:
+    """The variables NAMESPACE_SETUP reads."""
+    return {"RESOLV_CONF": str(resolv_conf), "PRIVATE_TMP": str(private_tmp), "REPO": str(repo)}
+
+
 def namespaces_work(work: Path, resolv_conf: Path) -> bool:
     """Can this machine give a command private PID, network and mount namespaces?"""
     private_tmp = work / "probe-tmp"
@@ -124,9 +129,7 @@ def namespaces_work(work: Path, resolv_conf: Path) -> bool:
             [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "true"],
             env={
                 "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "RESOLV_CONF": str(resolv_conf),
-                "PRIVATE_TMP": str(private_tmp),
-                "REPO": str(REPO),
+                **namespace_env(resolv_conf, private_tmp),
             },
             capture_output=True,
             timeout=30,
@@ -191,12 +194,12 @@ def plan(runners: int, isolated: bool, at_once: bool, parallel_workers: int) -> 
 
 def start(one: Pass, work: Path, resolv_conf: Path) -> None:
     one.log = work / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
-    command = one.command
-    env = {**os.environ, "RESOLV_CONF": str(resolv_conf), "REPO": str(REPO)}
+    command, env = one.command, dict(os.environ)
     if one.isolated:
         command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
-        env["PRIVATE_TMP"] = str(work / (one.log.stem + "-tmp"))
-        Path(env["PRIVATE_TMP"]).mkdir()
+        private_tmp = work / (one.log.stem + "-tmp")
+        private_tmp.mkdir()
+        env.update(namespace_env(resolv_conf, private_tmp))
     with open(one.log, "wb") as out:
         one.process = subprocess.Popen(
             command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env

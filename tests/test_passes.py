@@ -13,21 +13,15 @@ import sys
 
 import pytest
 
-from tests.passes import NAMESPACE_SETUP, UNSHARE, namespaces_work
+from tests.passes import NAMESPACE_SETUP, UNSHARE, namespace_env, namespaces_work
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
 
 
 def in_runner(command: str, checkout, private_tmp, resolv_conf) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "RESOLV_CONF": str(resolv_conf),
-        "PRIVATE_TMP": str(private_tmp),
-        "REPO": str(checkout),
-    }
     return subprocess.run(
         [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "bash", "-c", command],
-        env=env,
+        env={**os.environ, **namespace_env(resolv_conf, private_tmp, checkout)},
         capture_output=True,
         text=True,
         timeout=30,
