@@ -16,6 +16,7 @@ pytest_plugins = ["tests.docblocks.plugin", "pytester"]
 
 RAY_DAEMONS = ("raylet", "gcs_server")
 RAY_BEFORE = pytest.StashKey[set]()
+RAY_LEFT = pytest.StashKey[list]()  # on the controller: what namespaced workers reported
 
 
 def pid_namespace(pid: int | str) -> str | None:
@@ -28,8 +29,8 @@ def pid_namespace(pid: int | str) -> str | None:
 def ray_daemons() -> set[int]:
     """Pids of the live Ray daemons (zombies excluded) in this process's PID namespace.
 
-    Other namespaces are other machines as far as Ray is concerned: tests/passes.py runs
-    the shell pages in namespaces of their own, at the same time as the parallel pass.
+    Other namespaces are other machines as far as Ray is concerned: tests/passes.py starts
+    each xdist worker in namespaces of its own (tests/namespace.sh).
     """
     ours = pid_namespace("self")
     found = set()
@@ -41,24 +42,53 @@ def ray_daemons() -> set[int]:
     return found
 
 
-def pytest_sessionstart(session):
-    session.config.stash[RAY_BEFORE] = ray_daemons()
-
-
-def pytest_sessionfinish(session, exitstatus):
-    """No Ray process may outlive the suite: fail the run if one started by it is alive."""
-    if hasattr(session.config, "workerinput"):
-        return
-    before = session.config.stash.get(RAY_BEFORE, set())
+def ray_left_running(before: set[int]) -> list[str]:
+    """The Ray daemons started since ``before`` that are still alive after a grace period."""
     deadline = time.monotonic() + 20  # `ray.shutdown()` and `ray stop` take a moment
     while (left := ray_daemons() - before) and time.monotonic() < deadline:
         time.sleep(0.5)
+    alive = [pid for pid in sorted(left) if psutil.pid_exists(pid)]
+    return [f"{psutil.Process(pid).name()} (pid {pid})" for pid in alive]
+
+
+def in_own_namespace() -> bool:
+    """Was this process started by tests/namespace.sh, as tests/passes.py starts each xdist
+    worker? Then no other worker shares its process table, and when it exits the kernel
+    ends whatever it left running, so the worker itself must look before it goes."""
+    return os.environ.get("IN_OWN_NAMESPACES") == "1"
+
+
+def pytest_sessionstart(session):
+    session.config.stash[RAY_BEFORE] = ray_daemons()
+    session.config.stash[RAY_LEFT] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """On the xdist controller: what a namespaced worker found left running (see below)."""
+    left = getattr(node, "workeroutput", {}).get("ray_left_running", [])
+    node.config.stash[RAY_LEFT].extend(f"{name} on {node.gateway.id}" for name in left)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No Ray process may outlive the suite: fail the run if one started by it is alive.
+
+    A worker in its own namespaces checks its own process table and hands what it found to
+    the controller (xdist's ``workeroutput``). Workers that share the controller's
+    namespace (plain ``pytest -n auto``) leave the check to the controller, which sees
+    every one of them once all have ended.
+    """
+    config = session.config
+    if hasattr(config, "workerinput"):
+        if in_own_namespace():
+            config.workeroutput["ray_left_running"] = ray_left_running(config.stash[RAY_BEFORE])
+        return
+    left = config.stash[RAY_LEFT] + ray_left_running(config.stash[RAY_BEFORE])
     if left:
-        names = sorted(psutil.Process(pid).name() for pid in left if psutil.pid_exists(pid))
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(
-                f"Ray processes left running by the suite: {names} (pids {sorted(left)}); "
+                f"Ray processes left running by the suite: {', '.join(left)}; "
                 "a page or test did not shut down what it started",
                 red=True,
             )

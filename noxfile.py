@@ -81,11 +81,11 @@ def tests(session: nox.Session) -> None:
     """Run every doc block (docs/) and every test (tests/): the parallel pass and the shell pages.
 
     Pages with shell blocks start real clusters with `ray start` and end with `ray stop`,
-    which stops every Ray process it can see, so tests/passes.py runs them after the
-    parallel pass, shared out among two runners that each have private PID, network and
-    mount namespaces (one page at a time where the machine cannot make namespaces). With
-    pytest arguments (`nox -s tests -- -k tasks`), the two passes run one after the other
-    with those arguments, the shell pages one at a time.
+    which stops every Ray process it can see, so tests/passes.py starts each xdist worker
+    in private PID, network and mount namespaces (tests/namespace.sh) and runs everything
+    in one session; where the machine cannot make namespaces, the shell pages run one at a
+    time after the parallel pass. With pytest arguments (`nox -s tests -- -k tasks`), the
+    two passes run one after the other with those arguments, the shell pages one at a time.
     """
     # Every extra: a page must show what it claims whatever else a reader installed (errata
     # E06 once printed an ImportError that TRL's dependencies, from `bench`, made go away).

@@ -1,136 +1,72 @@
-"""Run the test suite's passes: the parallel pass, then the shell pages side by side.
+"""Run the whole suite (what `nox -s tests` runs): every xdist worker on a machine of its own.
 
-    python -m tests.passes                  (what `nox -s tests` runs)
-    python -m tests.passes --shell-runners 3
-    python -m tests.passes --at-once [--shell-runners 1] [--parallel-workers 1]
+    python -m tests.passes              (3 workers)
+    python -m tests.passes --workers 4
 
 The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
 
-* everything else, run by pytest-xdist over the cores (``-n auto``): the **parallel pass**;
-* pages with shell blocks (marker ``shell``) and items marked ``alone``: **shell passes**.
-  A shell page types ``ray start`` and ``ray stop`` into a terminal. ``ray stop`` stops
-  every Ray process it can see, and ``ray start --head`` wants port 6379, so a shell
-  page cannot share a machine with anything else that runs Ray.
+* most items start Ray, if at all, with ``ray.init()`` or ``ray.cluster_utils.Cluster``
+  and shut down what they started; any number of them can share a machine;
+* pages with shell blocks (marker ``shell``) type ``ray start`` and ``ray stop`` into a
+  terminal, and a few tests (marker ``alone``) run several raylets. ``ray stop`` stops
+  every Ray process it can see, and ``ray start --head`` wants port 6379: such an item
+  must not share a machine with anything else that runs Ray.
 
-A shell page mostly waits: on ``ray start``, on a timeout the page demonstrates, on
-``ray status`` until a node joins. One at a time, the shell pages kept 0.8 of 2 cores
-busy (494 CPU-s in 618 s, November 2026). So, where Linux namespaces are available, the
-shell pages are split among ``--shell-runners`` runners (2 by default), and each runner
-gets a machine of its own:
+So each xdist worker is started through ``tests/namespace.sh``, which gives it private
+PID, network and mount namespaces: its own process table (``ray stop`` sees only its
+worker's processes), its own port 6379 and its own ``/tmp``. With that, all items run in
+one pytest session and xdist hands out pages and test files (``--dist loadfile``: a page
+runs whole on one worker) to whichever worker is free. A shell page mostly waits (on a
+``ray start``, a node joining, a timeout the page demonstrates), so while it waits the
+other workers use the cores: 3 workers on 2 cores, by default.
 
-* a private PID namespace: its ``ray stop`` sees, and stops, only its own processes;
-* a private network namespace: its own port 6379. Loopback gets an address and a default
-  route, so Ray finds a node IP the way it does on a real host;
-* its own ``/etc/resolv.conf`` (in a private mount namespace): no DNS server is reachable
-  in there, and torch's TCPStore looks its address up; pointing at 127.0.0.1 makes the
-  lookup fail at once instead of after a 10 s timeout;
-* its own ``/tmp`` (a bind mount, in the same mount namespace; a checkout under ``/tmp``
-  is bound back into it). Pages name fixed paths there (a second node's
-  ``ray start ... --temp-dir=/tmp/ray-node2`` on five pages), and ``ray.init()`` with no
-  address connects to the cluster named in ``ray_current_cluster`` under Ray's temp
-  directory (``/tmp/ray`` unless ``RAY_TMPDIR`` is set), which ``ray start`` and
-  ``ray.cluster_utils.Cluster`` write: shared, an ``alone`` test's cluster was once found
-  by another pass's ``ray.init(num_cpus=4)``, which then failed ("When connecting to an
-  existing cluster, num_cpus and num_gpus must not be provided").
+Measured on one 2-core machine (November 2026), the same checkout each time:
 
-The runners start when the parallel pass has ended, not beside it: the parallel pass
-alone keeps about 1.65 cores busy, and on a machine loaded several times over Ray's own
-start-up fails (a new raylet has 30 s to register with the GCS, ``ray/_private/node.py``).
-``--at-once`` starts everything together, the parallel pass with ``--parallel-workers``
-xdist workers (1 by default). Without namespaces (not Linux, or no privilege to make
-them) the shell pages run one at a time after the parallel pass.
+| how the suite ran | wall | CPU-s |
+|---|---|---|
+| parallel pass (``-n 2``), then shell pages one at a time | 422 s + 618 s | 700 + 494 |
+| parallel pass (``-n 2``), then shell pages in 2 namespaced runners | 474 s + 387 s | 700 + 545 |
+| one session, 3 namespaced workers (this module) | 657 s | 1107 |
 
-Measured on one 2-core machine (November 2026):
+The pytest run's ``--basetemp`` is in a folder that ``tests/namespace.sh`` keeps visible
+in every worker (``NAMESPACE_KEEP``): xdist tells each worker to make its own folder
+inside the controller's base temp.
 
-| how the passes ran | parallel pass | shell pages | result |
-|---|---|---|---|
-| one shell page at a time (a checkout already installed) | 422 s | 618 s | green |
-| shell pages in 2 runners (the same checkout) | | 384 s | green |
-| shell pages in 3 runners (the same checkout) | | 366 s | green |
-| 2 runners, the default: ``bash .ci/run`` on a fresh clone | 474 s | 308 s and 387 s | green |
-
-On the fresh clone all of ``nox`` (installs, both passes, docs, lint) took 902 s.
-The parallel pass is CPU-bound at ``-n 2``: at ``-n 3`` (the same clone) it took 458 s
-instead of 474 s and used 850 CPU-s instead of about 700.
-With 2 runners the shell pages used 545 CPU-s (1.4 cores); with 3, 606 CPU-s and the
-slowest runner's pages ran 80 % longer than alone: past 2 runners the cores are full.
-An earlier, slower machine (a shell page there took about 1.6 times as long):
-``--at-once`` with 2 shell runners and the parallel pass at ``-n 2`` failed twice, at
-load average 13 to 15 (Ray start-ups timed out); with 1 runner and ``-n 1`` it was green
-and 17 % faster than one page at a time.
-
-Each pass writes to its own log; the logs are printed whole, one after the other, when
-all passes have ended, followed by each pass's wall time.
+Where namespaces cannot be made (not Linux, or no privilege), the suite runs as before:
+the parallel pass (``pytest``: the defaults in pyproject.toml deselect ``shell`` and
+``alone``), then the shell pages and ``alone`` items one at a time.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from tests.docblocks.collect import blocks_of, runs_shell, twin
-from tests.docblocks.shell_blocks import parse_console
-
 REPO = Path(__file__).resolve().parents[1]
-DOCS = REPO / "docs"
-
-# Inside the namespaces: loopback up, with an address and a default route (Ray reads the
-# node IP from the route to the outside), a resolv.conf whose server answers at once, and
-# a private /tmp. A checkout under /tmp (CI may clone there) stays where it was: it is
-# bound into the private /tmp first, and --rbind carries that mount along.
-NAMESPACE_SETUP = """
-set -e
-export PATH="$PATH:/usr/sbin:/sbin"
-ip link set lo up
-ip addr add 10.9.0.2/32 dev lo
-ip route add default dev lo src 10.9.0.2
-mount --bind "$RESOLV_CONF" /etc/resolv.conf
-case "$REPO" in
-  /tmp/*) mkdir -p "$PRIVATE_TMP/${REPO#/tmp/}"; mount --bind "$REPO" "$PRIVATE_TMP/${REPO#/tmp/}";;
-esac
-mount --rbind "$PRIVATE_TMP" /tmp
-set +e
-exec "$@"
-"""
-UNSHARE = ("unshare", "--pid", "--net", "--mount", "--fork", "--mount-proc")
+NAMESPACE_SH = REPO / "tests" / "namespace.sh"
+PYTEST = [sys.executable, "-m", "pytest"]
+# pyproject.toml's addopts say `-n auto` (which would override --tx) and deselect `shell`
+# and `alone`; the namespaced run replaces them. `rlhf` and `browser` have sessions of
+# their own (noxfile.py).
+NAMESPACED_DESELECT = "not rlhf and not browser"
+# The whole namespaced run: about 11 minutes on a 2-core machine (see above).
+SUITE_LIMIT_S = 40 * 60
 
 
-@dataclass
-class Pass:
-    """One pytest run: its name, its command, and once started its process and log."""
-
-    name: str
-    command: list[str]
-    isolated: bool = False
-    process: subprocess.Popen | None = None
-    log: Path | None = None
-    started: float = 0.0
-    seconds: float = 0.0
-
-
-def namespace_env(resolv_conf: Path, private_tmp: Path, repo: Path = REPO) -> dict[str, str]:
-    """The variables NAMESPACE_SETUP reads."""
-    return {"RESOLV_CONF": str(resolv_conf), "PRIVATE_TMP": str(private_tmp), "REPO": str(repo)}
-
-
-def namespaces_work(work: Path, resolv_conf: Path) -> bool:
-    """Can this machine give a command private PID, network and mount namespaces?"""
-    private_tmp = work / "probe-tmp"
-    private_tmp.mkdir()
+def namespaces_work(work: Path) -> bool:
+    """Can ``tests/namespace.sh`` give a command a machine of its own here?"""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         done = subprocess.run(
-            [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", "true"],
-            env={
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                **namespace_env(resolv_conf, private_tmp),
-            },
+            ["bash", str(NAMESPACE_SH), "true"],
+            env={**os.environ, "NAMESPACE_WORK": str(work)},
             capture_output=True,
             timeout=30,
         )
@@ -139,135 +75,82 @@ def namespaces_work(work: Path, resolv_conf: Path) -> bool:
     return done.returncode == 0
 
 
-def shell_pages() -> dict[Path, int]:
-    """English pages with shell blocks, each with its number of ``$`` commands (its weight)."""
-    pages = {}
-    for page in sorted(DOCS.rglob("*.md")):
-        if page.name.endswith(".zh.md") or not runs_shell(page):
-            continue
-        consoles = [b.source for b in blocks_of(page) if b.verdict.kind == "console"]
-        pages[page] = sum(len(parse_console(source)) for source in consoles) or 1
-    return pages
+def namespaced_run(workers: int, work: Path) -> tuple[list[str], dict[str, str]]:
+    """The one pytest command, and its environment, for ``workers`` namespaced workers."""
+    kept = work / "kept"  # visible in every worker: pytest's base temp lives here
+    kept.mkdir()
+    # execnet starts each worker as `<python> -u -c <bootstrap>`; `python=` may be a
+    # command line (split like a shell would), so the worker is the same interpreter,
+    # started through namespace.sh.
+    worker = f"popen//python=bash {NAMESPACE_SH} {sys.executable}"
+    command = [
+        *PYTEST,
+        "-o",
+        "addopts=-ra",
+        "-m",
+        NAMESPACED_DESELECT,
+        "--dist",
+        "loadfile",
+        "--tx",
+        f"{workers}*{worker}",
+        f"--basetemp={kept / 'basetemp'}",
+        "--durations=15",
+    ]
+    env = {**os.environ, "NAMESPACE_WORK": str(work), "NAMESPACE_KEEP": str(kept)}
+    return command, env
 
 
-def split(pages: dict[Path, int], runners: int) -> list[list[Path]]:
-    """Heaviest page first, each to the runner with the least weight so far."""
-    groups: list[list[Path]] = [[] for _ in range(runners)]
-    loads = [0] * runners
-    for page, weight in sorted(pages.items(), key=lambda item: -item[1]):
-        lightest = loads.index(min(loads))
-        groups[lightest].append(page)
-        loads[lightest] += weight
-    return groups
+def run_with_limit(command: list[str], env: dict[str, str]) -> int:
+    """Run the suite; past SUITE_LIMIT_S, interrupt it (pytest then prints what it has) and
+    return 1. Each item has its own limit (pyproject.toml); this one catches the rest, such
+    as a session that waits for ever on a worker that crashed."""
+    process = subprocess.Popen(command, cwd=REPO, env=env)
+    try:
+        return process.wait(timeout=SUITE_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        print(f"tests/passes.py: the suite ran past {SUITE_LIMIT_S} s; interrupting it", flush=True)
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+        return 1
 
 
-def with_twins(pages: list[Path]) -> list[str]:
-    """Each page and its Chinese twin (run too with --doc-languages=all), as paths."""
-    return [str(p.relative_to(REPO)) for page in pages for p in (page, twin(page)) if p.exists()]
-
-
-def plan(runners: int, isolated: bool, at_once: bool, parallel_workers: int) -> list[list[Pass]]:
-    """The passes, in phases: a phase's passes run together, and a phase starts when the
-    one before it has ended."""
-    pytest = [sys.executable, "-m", "pytest"]
-    parallel = Pass("parallel pass", [*pytest, "--durations=15"])
-    serial = [*pytest, "-m", "shell or alone", "-n", "0", "--durations=5"]
-    if not isolated:  # one at a time: a shell page's `ray stop` would stop any other Ray
-        return [[parallel], [Pass("shell pages and `alone` items", serial)]]
-    groups = split(shell_pages(), runners)
-    shell = []
-    # Every runner but the last takes its pages by path; the last collects everything
-    # else that is `shell` or `alone` (the `alone` tests included), so no item is lost.
-    for number, group in enumerate(groups[:-1], start=1):
-        name = f"shell runner {number} ({len(group)} pages)"
-        shell.append(Pass(name, [*serial, *with_twins(group)], isolated=True))
-    taken = [f"--ignore={path}" for group in groups[:-1] for path in with_twins(group)]
-    name = f"shell runner {len(groups)} ({len(groups[-1])} pages and the `alone` items)"
-    shell.append(Pass(name, [*serial, *taken], isolated=True))
-    if not at_once:
-        return [[parallel], shell]
-    # Beside the shell runners, few xdist workers (one by default): the cores are shared
-    # out, not oversubscribed (Ray gives a raylet 30 s to register, then fails the start).
-    parallel.command = [*parallel.command, "-n", str(parallel_workers)]
-    return [[parallel, *shell]]
-
-
-def start(one: Pass, work: Path, resolv_conf: Path) -> None:
-    one.log = work / (re.sub(r"\W+", "-", one.name.split(" (")[0]).strip("-") + ".log")
-    command, env = one.command, dict(os.environ)
-    if one.isolated:
-        command = [*UNSHARE, "bash", "-c", NAMESPACE_SETUP, "setup", *command]
-        private_tmp = work / (one.log.stem + "-tmp")
-        private_tmp.mkdir()
-        env.update(namespace_env(resolv_conf, private_tmp))
-    with open(one.log, "wb") as out:
-        one.process = subprocess.Popen(
-            command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env
-        )
-    one.started = time.monotonic()
-
-
-def run_phase(phase: list[Pass], work: Path, resolv_conf: Path) -> None:
-    """Start every pass of the phase; return when all have ended, each with its own time."""
-    for one in phase:
-        start(one, work, resolv_conf)
-    running = list(phase)
-    while running:  # poll, since they end in any order
-        time.sleep(1)
-        for one in [one for one in running if one.process.poll() is not None]:
-            one.seconds = time.monotonic() - one.started
-            running.remove(one)
+def one_at_a_time() -> list[list[str]]:
+    """Without namespaces: the parallel pass, then the shell pages and `alone` items."""
+    return [
+        [*PYTEST, "--durations=15"],
+        [*PYTEST, "-m", "shell or alone", "-n", "0", "--durations=5"],
+    ]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--shell-runners",
-        type=int,
-        default=2,
-        help="how many namespaced runners share out the shell pages (default 2)",
+        "--workers", type=int, default=3, help="namespaced xdist workers (default 3)"
     )
-    parser.add_argument(
-        "--at-once", action="store_true", help="the shell runners beside the parallel pass"
-    )
-    parser.add_argument(
-        "--parallel-workers", type=int, default=1, help="with --at-once: the parallel pass's -n"
-    )
-    arguments = parser.parse_args()
-    runners = arguments.shell_runners
-    if runners < 1:
-        parser.error(f"--shell-runners must be at least 1, got {runners}")
-    if arguments.parallel_workers < 1:
-        parser.error(f"--parallel-workers must be at least 1, got {arguments.parallel_workers}")
+    workers = parser.parse_args().workers
+    if workers < 1:
+        parser.error(f"--workers must be at least 1, got {workers}")
 
     work = Path(tempfile.mkdtemp(prefix="passes-"))
-    resolv_conf = work / "resolv.conf"
-    resolv_conf.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
-    isolated = sys.platform.startswith("linux") and namespaces_work(work, resolv_conf)
-    phases = plan(runners, isolated, arguments.at_once, arguments.parallel_workers)
-    for phase in phases:
-        run_phase(phase, work, resolv_conf)
+    started = time.monotonic()
+    if namespaces_work(work):
+        command, env = namespaced_run(workers, work)
+        print(f"tests/passes.py: {workers} xdist workers, each in its own namespaces", flush=True)
+        code = run_with_limit(command, env)
+        print(f"tests/passes.py: the suite took {time.monotonic() - started:.0f} s")
+        return code
 
-    passes = [one for phase in phases for one in phase]
-    failed = []
-    for one in passes:
-        print(f"\n{'#' * 20} {one.name}: {' '.join(one.command)}\n", flush=True)
-        sys.stdout.write(one.log.read_text(errors="replace"))
-        # Exit code 5 (nothing selected) is fine for a shell pass given no shell page.
-        if one.process.returncode not in (0, 5):
-            failed.append(one.name)
-    if not isolated:
-        how = "one after the other (no namespaces on this machine)"
-    elif arguments.at_once:
-        how = "all at once, each shell runner in private PID/network/mount namespaces"
-    else:
-        how = "the parallel pass, then the shell runners together, each in its own namespaces"
-    print(f"\npasses, run {how}:")
-    for one in passes:
-        print(f"  {one.name}: {one.seconds:.0f} s, exit code {one.process.returncode}")
-    if failed:
-        print(f"FAILED: {', '.join(failed)}")
-    return 1 if failed else 0
+    print("tests/passes.py: no namespaces here; shell pages run one at a time", flush=True)
+    codes = []
+    for command in one_at_a_time():
+        began = time.monotonic()
+        codes.append(subprocess.run(command, cwd=REPO).returncode)
+        print(f"tests/passes.py: {' '.join(command[1:])}: {time.monotonic() - began:.0f} s")
+    # Exit code 5 (nothing selected) is fine for the second run given no shell page.
+    return 0 if codes[0] == 0 and codes[1] in (0, 5) else 1
 
 
 if __name__ == "__main__":

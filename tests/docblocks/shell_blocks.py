@@ -28,9 +28,10 @@ page's cluster). When the page ends, whatever its commands left running is
 killed: this process is made a child subreaper (Linux ``prctl``), so the Ray
 daemons that ``ray start`` detaches stay its descendants and can be found.
 ``ray stop`` stops every Ray process it can see, so pages with shell blocks
-(marker ``shell``) never run beside other Ray users: ``tests/passes.py`` runs
-them after the parallel pass, in runners that each have PID, network and mount
-namespaces of their own.
+(marker ``shell``) never run beside other Ray users: ``tests/passes.py`` starts
+each xdist worker in PID, network and mount namespaces of its own
+(``tests/namespace.sh``), or, where it cannot, runs these pages one at a time
+after the rest.
 """
 
 from __future__ import annotations
