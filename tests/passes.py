@@ -20,13 +20,24 @@ runs whole on one worker) to whichever worker is free. A shell page mostly waits
 ``ray start``, a node joining, a timeout the page demonstrates), so while it waits the
 other workers use the cores: 3 workers on 2 cores, by default.
 
-Measured on one 2-core machine (November 2026), the same checkout each time:
+Measured on one 2-core machine (November 2026); CPU-s are all processes' user and
+system time, sampled from /proc:
 
 | how the suite ran | wall | CPU-s |
 |---|---|---|
 | parallel pass (``-n 2``), then shell pages one at a time | 422 s + 618 s | 700 + 494 |
-| parallel pass (``-n 2``), then shell pages in 2 namespaced runners | 474 s + 387 s | 700 + 545 |
-| one session, 3 namespaced workers (this module) | 657 s | 1107 |
+| parallel pass, then shell pages in 2 namespaced runners, fresh clone | 474 + 387 s | 700 + 545 |
+| one session, 3 namespaced workers (this module), two runs | 657 s, 620 s | 1107, 1049 |
+| the same, ``bash .ci/run`` on a fresh clone | 678 s | |
+
+On that fresh clone all of ``nox`` (installs, the suite, docs, lint) took 713 s, against
+902 s with the two passes.
+
+In the namespaced session the cores stay busy (1.7 of 2 on average, against 1.5 and 1.4
+in the two passes before). The first version of ``tests/namespace.sh`` made the worker
+itself PID 1; in one run of it a worker went down near the end ("node down: Not properly
+terminated", cause not found) and the session then waited for ever. A shell is PID 1 now,
+and the run has a time limit (``SUITE_LIMIT_S``).
 
 The pytest run's ``--basetemp`` is in a folder that ``tests/namespace.sh`` keeps visible
 in every worker (``NAMESPACE_KEEP``): xdist tells each worker to make its own folder
