@@ -47,8 +47,13 @@ def ray_left_running(before: set[int]) -> list[str]:
     deadline = time.monotonic() + 20  # `ray.shutdown()` and `ray stop` take a moment
     while (left := ray_daemons() - before) and time.monotonic() < deadline:
         time.sleep(0.5)
-    alive = [pid for pid in sorted(left) if psutil.pid_exists(pid)]
-    return [f"{psutil.Process(pid).name()} (pid {pid})" for pid in alive]
+    names = []
+    for pid in sorted(left):
+        try:
+            names.append(f"{psutil.Process(pid).name()} (pid {pid})")
+        except psutil.NoSuchProcess:  # it ended after all
+            pass
+    return names
 
 
 def in_own_namespace() -> bool:
