@@ -28,10 +28,10 @@ system time, sampled from /proc:
 | parallel pass (``-n 2``), then shell pages one at a time | 422 s + 618 s | 700 + 494 |
 | parallel pass, then shell pages in 2 namespaced runners, fresh clone | 474 + 387 s | 700 + 545 |
 | one session, 3 namespaced workers (this module), two runs | 657 s, 620 s | 1107, 1049 |
-| the same, ``bash .ci/run`` on a fresh clone | 678 s | |
+| the same, ``bash .ci/run`` on a fresh clone, two runs | 678 s, 769 s | |
 
-On that fresh clone all of ``nox`` (installs, the suite, docs, lint) took 713 s, against
-902 s with the two passes.
+On those fresh clones all of ``nox`` (installs, the suite, docs, lint) took 713 s and
+807 s, against 902 s with the two passes.
 
 In the namespaced session the cores stay busy (1.7 of 2 on average, against 1.5 and 1.4
 in the two passes before). The first version of ``tests/namespace.sh`` made the worker
