@@ -20,8 +20,9 @@ runs whole on one worker) to whichever worker is free. A shell page mostly waits
 ``ray start``, a node joining, a timeout the page demonstrates), so while it waits the
 other workers use the cores: 3 workers on 2 cores, by default.
 
-Measured on one 2-core machine (November 2026); CPU-s are all processes' user and
-system time, sampled from /proc:
+Measured on one 2-core machine (November 2026); CPU-s in this table are all processes'
+user and system time sampled from /proc every 0.1 s, which misses short-lived processes
+(see the accounted figures below):
 
 | how the suite ran | wall | CPU-s |
 |---|---|---|
@@ -31,13 +32,39 @@ system time, sampled from /proc:
 | the same, ``bash .ci/run`` on a fresh clone, two runs | 678 s, 769 s | |
 
 On those fresh clones all of ``nox`` (installs, the suite, docs, lint) took 713 s and
-807 s, against 902 s with the two passes.
+807 s, against 902 s with the two passes; on a third (``nox`` alone), 766 s with the
+suite at 724 s.
 
 In the namespaced session the cores stay busy (1.7 of 2 on average, against 1.5 and 1.4
-in the two passes before). The first version of ``tests/namespace.sh`` made the worker
-itself PID 1; in one run of it a worker went down near the end ("node down: Not properly
-terminated", cause not found) and the session then waited for ever. A shell is PID 1 now,
-and the run has a time limit (``SUITE_LIMIT_S``).
+in the two passes before).
+
+Where the CPU goes. Counted by the kernel's process accounting (``acct(2)``: every process
+that ends, however short-lived, with its user and system time), all of ``nox`` on a fresh
+clone took 1333 CPU-s in 766 s (1.74 cores busy), and the suite alone 1289-1301 CPU-s in
+724-738 s. By process kind, in one suite run (1301 CPU-s):
+
+| processes | CPU-s | count |
+|---|---|---|
+| Ray workers: the pages' and tests' tasks and actors (most import torch) | 494 | 425 |
+| each node's daemons (below) | 343 | 928 |
+| the pages' subprocesses (``python train.py``, ``python -c``), shells, other | 182 | 1635 |
+| ``ray`` commands (``ray start``, ``ray status``, ``ray list ...``) | 115 | 149 |
+| page scripts (the drivers) | 77 | 29 |
+| pytest (controller and 3 workers) | 70 | 34 |
+| ``mkdocs build`` (tests/test_site_build.py) | 19 | 4 |
+
+The nodes' daemons: the dashboard and its module processes 132, dashboard agent 75,
+runtime-env agent 39, log monitor 32, autoscaler monitor 24, raylet 17, GCS 16, Ray
+client server 9. So about 93 % of the suite's CPU is what the pages and tests run (86
+Ray nodes in 68 clusters) and 7 % the harness; on 2 cores, 1300 CPU-s cannot take less
+than 650 s. Three workers keep 1.8 cores busy; four were no faster (797 s against 791 s
+for three, back to back, with the machine 98 % busy: daemons that poll on a timer cost
+more the longer a contended page runs).
+
+The first version of ``tests/namespace.sh`` made the worker itself PID 1; in one run of
+it a worker went down near the end ("node down: Not properly terminated", cause not
+found) and the session then waited for ever. A shell is PID 1 now, and the run has a
+time limit (``SUITE_LIMIT_S``).
 
 The pytest run's ``--basetemp`` is in a folder that ``tests/namespace.sh`` keeps visible
 in every worker (``NAMESPACE_KEEP``): xdist tells each worker to make its own folder
