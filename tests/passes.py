@@ -58,8 +58,8 @@ runtime-env agent 39, log monitor 32, autoscaler monitor 24, raylet 17, GCS 16, 
 client server 9. So about 93 % of the suite's CPU is what the pages and tests run (86
 Ray nodes in 68 clusters) and 7 % the harness; on 2 cores, 1300 CPU-s cannot take less
 than 650 s. Three workers keep 1.8 cores busy; four were no faster (797 s against 791 s
-for three, back to back, with the machine 98 % busy: daemons that poll on a timer cost
-more the longer a contended page runs).
+for three, back to back, with the machine 98 % busy; likely because daemons that poll
+on a timer cost more the longer a contended page runs).
 
 The first version of ``tests/namespace.sh`` made the worker itself PID 1; in one run of
 it a worker went down near the end ("node down: Not properly terminated", cause not
