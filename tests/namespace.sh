@@ -56,7 +56,9 @@ mount --rbind "$private_tmp" /tmp  # --rbind carries the binds above along
 # This shell stays as PID 1 and runs the command as its child: PID 1 inherits every
 # process whose parent exits first and that no subreaper claims (shell_blocks.py makes
 # the worker one for a page's `ray start` daemons), and a shell reaps them as they end,
-# where the command, had it been PID 1, would collect them as zombies. (A background job's stdin is /dev/null unless redirected: pass ours on.)
+# where the command, had it been PID 1, would collect them as zombies. A background
+# job's stdin is /dev/null unless redirected, so the command gets ours (execnet talks to
+# the worker through it).
 set +eu
 export IN_OWN_NAMESPACES=1  # conftest.py: a worker checks its own process table at the end
 "$@" <&0 &
