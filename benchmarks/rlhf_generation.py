@@ -1,6 +1,6 @@
 """Rollout speed: our KV-cache sampler against ``transformers``' ``generate``, same model, one run.
 
-    python benchmarks/rlhf_generation.py [--quick]     (or: nox -s bench)
+    python benchmarks/rlhf_generation.py [--quick | --repeats N]     (or: nox -s bench)
 
 Both sample the same prompts from the same randomly initialised model with the
 same settings (temperature 1, top-p 1, EOS, ``max_new_tokens``), alternating
@@ -30,7 +30,7 @@ from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 
 
-def main(quick: bool) -> float:
+def main(repeats: int) -> float:
     cuda = torch.cuda.is_available()
     device, preset = ("cuda", "gpu") if cuda else ("cpu", "cpu")
     dtype = torch.bfloat16 if cuda else torch.float32
@@ -72,7 +72,6 @@ def main(quick: bool) -> float:
         return tokens / (time.perf_counter() - start)
 
     ours(), hf()  # warm-up: first calls pay for allocation and kernel selection
-    repeats = 3 if quick else 20
     rates = {"ours": [], "hf": []}
     for _ in range(repeats):
         rates["ours"].append(rate(ours))
@@ -91,4 +90,6 @@ def main(quick: bool) -> float:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 repeats instead of 20")
-    main(parser.parse_args().quick)
+    parser.add_argument("--repeats", type=int, help="timed repeats of each (default 20)")
+    args = parser.parse_args()
+    main(args.repeats or (3 if args.quick else 20))
