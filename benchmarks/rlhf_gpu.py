@@ -66,7 +66,9 @@ def moving_means(scores: list[float], width: int = LAST) -> list[float]:
     return [sum(scores[i - width : i]) / width for i in range(width, len(scores) + 1)]
 
 
-def learning_run(output_dir: Path, seconds: float, target: float, preset: str = "gpu") -> dict:
+def learning_run(
+    output_dir: Path, seconds: float, target: float, preset: str = "gpu", overrides=()
+) -> dict:
     """Run ``preset`` towards ``target`` for at most ``seconds``; print one line.
 
     Returns the run's figures: whether it reached the target, the RL steps and seconds to
@@ -82,6 +84,7 @@ def learning_run(output_dir: Path, seconds: float, target: float, preset: str = 
         "--total-steps", "100000",  # the target or the time limit ends the run
         "--target-score", str(target), "--set", f"time_limit_s={rl_seconds:g}",
         "--output-dir", str(output_dir), "--no-progress",
+        *(arg for item in overrides for arg in ("--set", item)),
     ]  # fmt: skip
     code, elapsed = run_killed_at(command, seconds, output_dir / "run.log")
     metrics_file = output_dir / "metrics.jsonl"
@@ -190,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-rollout", action="store_true", help="skip the rollout benchmark")
     parser.add_argument("--rollout-repeats", type=int, default=20)
     parser.add_argument("--summary", help="write every figure to this JSON file")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", help="passed to the run"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -197,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA: torch.cuda.is_available() is False on this machine; nothing to run")
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    learning = learning_run(Path(args.output_dir), args.seconds, args.target)
+    learning = learning_run(
+        Path(args.output_dir), args.seconds, args.target, overrides=args.set
+    )
     summary = {"learning": learning, "mfu": mfu_line(learning)}
     if not args.no_rollout:
         summary["rollout"] = rollout_line(args.rollout_repeats, 600)
