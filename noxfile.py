@@ -9,6 +9,8 @@
     nox -s upstream  citations of veRL 0.9.1 and Ray 2.60.0 resolve; the veRL chapter on veRL itself
     nox -s upstream_drift   the same against the newest veRL on the package index (report only)
     nox -s gpu       what needs CUDA: GPU doc blocks, a gpu-preset learning run, MFU, rollout speed
+    nox -s gpu_kit   build .gpu-kit/, the wheels a GPU node without a package index needs
+    nox -s gpu_kit_test   the kit installs offline on a stock CUDA PyTorch image's packages
 
 Every session installs with the one constraints file, so versions are pinned.
 """
@@ -274,3 +276,26 @@ def gpu(session: nox.Session) -> None:
     # -rs lists any skipped item with its reason.
     session.run("pytest", *pages, "-n", "0", "-rs", *session.posargs)
     session.run("python", "benchmarks/rlhf_gpu.py")
+
+
+@nox.session
+def gpu_kit(session: nox.Session) -> None:
+    """Build the offline GPU kit in .gpu-kit/ (tools/gpu_kit/build.py; README "On a GPU").
+
+    For a GPU node with a CUDA PyTorch and no package index: Ray 2.60.0 without its Java
+    jars, the other wheels the GPU checks need that a stock CUDA PyTorch image lacks, and
+    the project, for Python 3.12 and torch 2.11 by default (``nox -s gpu_kit --
+    --python-version 3.11 --torch 2.13``). Prints each wheel's size and the total with the
+    tracked tree. On the node: ``bash tools/gpu_kit/run.sh RESULTS_DIR``.
+    """
+    session.install(*CONSTRAINTS, "pip", "wheel", "packaging")
+    session.run("python", "tools/gpu_kit/build.py", *session.posargs)
+
+
+@nox.session
+def gpu_kit_test(session: nox.Session) -> None:
+    """The kit is complete (tests/test_gpu_kit.py, marker ``kit``): built for this Python,
+    installed with --no-index into a virtualenv of a stock CUDA PyTorch image's packages, it
+    runs check (a) on the CPU in a network namespace with no route out. CI runs it."""
+    session.install(*CONSTRAINTS, "-e", ".[test]", "pip", "wheel", "packaging")
+    session.run("pytest", "-m", "kit", "-n", "0", "--durations=5", "tests/test_gpu_kit.py")

@@ -92,9 +92,9 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE_SH = REPO / "tests" / "namespace.sh"
 PYTEST = [sys.executable, "-m", "pytest"]
 # pyproject.toml's addopts say `-n auto` (which would override --tx) and deselect `shell`
-# and `alone`; the namespaced run replaces them. `rlhf` and `browser` have sessions of
-# their own (noxfile.py).
-NAMESPACED_DESELECT = "not rlhf and not browser"
+# and `alone`; the namespaced run replaces them. `rlhf`, `browser` and `kit` have sessions
+# of their own (noxfile.py).
+NAMESPACED_DESELECT = "not rlhf and not browser and not kit"
 # The whole namespaced run: 10-13 minutes on a 2-core machine (620-797 s measured, above).
 SUITE_LIMIT_S = 40 * 60
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -111,7 +112,8 @@ def download(requirements: list[str], python_version: str, dest: Path) -> None:
 def wheel_metadata(wheel: Path):
     """The parsed ``METADATA`` of a wheel (an ``email.message.Message``)."""
     with zipfile.ZipFile(wheel) as archive:
-        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        # The wheel's own, not that of a package it vendors (Ray's wheel carries several).
+        name = next(n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/METADATA", n))
         return Parser().parsestr(archive.read(name).decode())
 
 
