@@ -114,19 +114,23 @@ def learning_run(
         steps = [r["timing_s/step"] for r in rows]
         figures["median_step_s"] = statistics.median(steps)
         figures["median_mfu_actor"] = statistics.median(r["perf/mfu/actor"] for r in rows)
-        stages = sorted({k for r in rows for k in r if k.startswith("timing_s/")} - {"timing_s/step"})
+        stages = sorted(
+            {k for r in rows for k in r if k.startswith("timing_s/")} - {"timing_s/step"}
+        )
         figures["timing_share"] = {
             k.removeprefix("timing_s/"): statistics.median(r[k] / r["timing_s/step"] for r in rows)
             for k in stages
         }
         figures["median_timing_s"] = {
-            k.removeprefix("timing_s/"): statistics.median(r[k] for r in rows) for k in [*stages, "timing_s/step"]
+            k.removeprefix("timing_s/"): statistics.median(r[k] for r in rows)
+            for k in [*stages, "timing_s/step"]
         }
     if code not in (0, None):
         figures["log_tail"] = (output_dir / "run.log").read_text()[-3000:]
     verdict = "PASS" if figures["reached"] else "FAIL"
     if hit is not None:
-        how = f"reached {target:g} at RL step {figures['steps_to_target']} ({figures['rl_seconds_to_target']} s of RL)"
+        step, rl_s = figures["steps_to_target"], figures["rl_seconds_to_target"]
+        how = f"reached {target:g} at RL step {step} ({rl_s} s of RL)"
     else:
         best = figures["best_5_step_mean"]
         how = f"best 5-step mean {best:.3f}" if best is not None else "no RL step logged"
@@ -173,7 +177,9 @@ def rollout_line(repeats: int, seconds: float) -> dict:
     if done.returncode != 0 or not match:
         print(f"gpu rollout: benchmarks/rlhf_generation.py failed\n{done.stderr[-3000:]}")
         return {"ok": False, "why": done.stderr[-3000:]}
-    rates = dict(re.findall(r"^(ours|transformers)\S* .*?(\d+) tokens/s$", done.stdout, re.MULTILINE))
+    rates = dict(
+        re.findall(r"^(ours|transformers)\S* .*?(\d+) tokens/s$", done.stdout, re.MULTILINE)
+    )
     setting = done.stdout.splitlines()[0]
     print(f"gpu rollout: ours/transformers generate tokens/s {match.group(1)}x ({setting})")
     return {
@@ -203,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA: torch.cuda.is_available() is False on this machine; nothing to run")
         return 0
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    learning = learning_run(
-        Path(args.output_dir), args.seconds, args.target, overrides=args.set
-    )
+    learning = learning_run(Path(args.output_dir), args.seconds, args.target, overrides=args.set)
     summary = {"learning": learning, "mfu": mfu_line(learning)}
     if not args.no_rollout:
         summary["rollout"] = rollout_line(args.rollout_repeats, 600)

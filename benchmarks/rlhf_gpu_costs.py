@@ -88,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     # One mini-batch as update_actor gets it: prompts with sampled responses.
     rows = config.mini_batch_rows_per_rank
     prompts, _ = DigitSumTask(config.num_digits).make_prompts(tok, rows, gen)
-    out = generate(rollout_model, prompts.to(device), config.max_new_tokens, tok.eos_token_id, tok.pad_token_id)
+    out = generate(
+        rollout_model, prompts.to(device), config.max_new_tokens, tok.eos_token_id, tok.pad_token_id
+    )
     response_length = out["responses"].shape[1]
     mask = out["response_mask"].float()
 
@@ -115,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         optimizer.step()
         mark()
         if timed:
-            for name, (a, b) in zip(phases, zip(marks, marks[1:])):
+            names = ("forward", "backward", "clip", "optimizer")
+            for name, a, b in zip(names, marks[:-1], marks[1:], strict=True):
                 phases[name].append(b - a)
             phases["total"].append(marks[-1] - marks[0])
 
@@ -147,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"update MFU: {flops / median['total'] / peak:.4f} at wall time; "
-        f"{flops / busy / peak:.4f} if the GPU ran only the kernels" if busy else "update MFU: n/a"
+        f"{flops / busy / peak:.4f} if the GPU ran only the kernels"
+        if busy
+        else "update MFU: n/a"
     )
 
     batch, new_tokens = 256, 64

@@ -11,8 +11,8 @@ on the CPU (``use_gpu=False``), in a network namespace with no route out
 
 from __future__ import annotations
 
-import csv
 import base64
+import csv
 import hashlib
 import io
 import json
@@ -92,7 +92,9 @@ def record_errors(wheel: Path) -> list[str]:
     """Files of ``wheel`` whose RECORD line is missing or wrong, and lines with no file."""
     with zipfile.ZipFile(wheel) as archive:
         # The wheel's own RECORD, not those of packages it vendors (Ray carries several).
-        record_name = next(n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n))
+        record_name = next(
+            n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)
+        )
         rows = {row[0]: row for row in csv.reader(io.StringIO(archive.read(record_name).decode()))}
         errors = []
         for name in archive.namelist():
@@ -161,7 +163,7 @@ def test_run_sh_installs_offline_and_runs_check_a_on_cpu(kit, stock_venv, tmp_pa
     assert all("skipped" in summary["checks"][n] for n in ("rollout", "learning", "docs"))
     # The kit's own copy of the project works outside a checkout, too.
     site = tmp_path / "site"
-    probe = "import reference_impl, sys; from reference_impl import RayWorkerGroup; print(reference_impl.__file__)"
+    probe = "import reference_impl; reference_impl.RayWorkerGroup; print(reference_impl.__file__)"
     where = subprocess.run(
         [env["PYTHON"], "-c", probe], cwd=tmp_path, env={**env, "PYTHONPATH": str(site)},
         capture_output=True, text=True, check=True,

@@ -81,3 +81,15 @@ def test_rollout_speed_benchmark_reports_the_ratio_to_transformers_generate():
     print(done.stdout)
     match = re.search(r"^ours/transformers tokens/s: (\S+)x$", done.stdout, re.MULTILINE)
     assert match and float(match.group(1)) > 0, done.stdout
+
+
+@pytest.mark.rlhf
+def test_gpu_costs_benchmark_runs_its_measurements_on_the_cpu_preset():
+    """benchmarks/rlhf_gpu_costs.py, the source of the chapter's GPU cost figures, on CPU."""
+    script = BENCHMARK.with_name("rlhf_gpu_costs.py")
+    command = [sys.executable, str(script), "--preset", "cpu", "--device", "cpu", "--steps", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    update = re.search(r"^update: one optimiser step on (\d+) responses", done.stdout, re.M)
+    assert update and int(update.group(1)) == 32, done.stdout  # 8 prompts x 8 over 2 ranks
+    assert re.search(r"^rollout: 256 prompts x 64 tokens: [\d.]+ ms per decode", done.stdout, re.M)

@@ -143,7 +143,9 @@ def repack_without(wheel: Path, dropped: tuple[str, ...], dest: Path, work: Path
     file modes (Ray's ``raylet`` and ``gcs_server`` must stay executable).
     """
     _, _, _, tags = parse_wheel_filename(wheel.name)
-    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "unpack", "-d", str(work), str(wheel)], check=True
+    )
     unpacked = next(work.iterdir())
     for folder in dropped:
         shutil.rmtree(unpacked / folder)
@@ -152,11 +154,17 @@ def repack_without(wheel: Path, dropped: tuple[str, ...], dest: Path, work: Path
     wheel_file = next(unpacked.glob("*.dist-info/WHEEL"))
     lines = wheel_file.read_text().splitlines()
     kept = [line for line in lines if line.strip() and not line.startswith("Tag:")]
-    wheel_file.write_text("\n".join(kept + [f"Tag: {tag}" for tag in sorted(map(str, tags))]) + "\n")
-    subprocess.run([sys.executable, "-m", "wheel", "pack", "-d", str(dest), str(unpacked)], check=True)
+    wheel_file.write_text(
+        "\n".join(kept + [f"Tag: {tag}" for tag in sorted(map(str, tags))]) + "\n"
+    )
+    subprocess.run(
+        [sys.executable, "-m", "wheel", "pack", "-d", str(dest), str(unpacked)], check=True
+    )
     repacked = dest / wheel.name
     if not repacked.exists():
-        raise SystemExit(f"wheel pack did not write {repacked.name}; found {sorted(dest.iterdir())}")
+        raise SystemExit(
+            f"wheel pack did not write {repacked.name}; found {sorted(dest.iterdir())}"
+        )
     return repacked
 
 
@@ -166,18 +174,40 @@ def build_pure_wheel(requirement: str, dest: Path) -> None:
     Raises:
         SystemExit: the wheel built is not pure Python (it would not fit another target).
     """
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest), requirement]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "-w",
+        str(dest),
+        requirement,
+    ]
     subprocess.run(command, check=True)
     name = canonicalize_name(requirement.split("==")[0])
     for wheel in dest.glob("*.whl"):
         parsed_name, _, _, tags = parse_wheel_filename(wheel.name)
         if parsed_name == name and any(tag.abi != "none" for tag in tags):
-            raise SystemExit(f"{wheel.name} is not pure Python: it cannot go in a kit for another target")
+            raise SystemExit(
+                f"{wheel.name} is not pure Python: it cannot go in a kit for another target"
+            )
 
 
 def build_project_wheel(dest: Path) -> None:
     """The project itself (``reference_impl``) as a pure-Python wheel."""
-    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest), str(ROOT)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "-w",
+        str(dest),
+        str(ROOT),
+    ]
     subprocess.run(command, check=True)
 
 
@@ -194,7 +224,9 @@ def tracked_tree_bytes() -> int:
     listed = subprocess.run(
         ["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
-    return sum((ROOT / name).stat().st_size for name in listed.split("\0") if (ROOT / name).is_file())
+    return sum(
+        (ROOT / name).stat().st_size for name in listed.split("\0") if (ROOT / name).is_file()
+    )
 
 
 def write_manifest(kit: Path, target: dict) -> dict:
