@@ -296,6 +296,6 @@ def gpu_kit(session: nox.Session) -> None:
 def gpu_kit_test(session: nox.Session) -> None:
     """The kit is complete (tests/test_gpu_kit.py, marker ``kit``): built for this Python,
     installed with --no-index into a virtualenv of a stock CUDA PyTorch image's packages, it
-    runs check (a) on the CPU in a network namespace with no route out. CI runs it."""
+    runs check (a) on the CPU in a network namespace with nothing beyond loopback. CI runs it."""
     session.install(*CONSTRAINTS, "-e", ".[test]", "pip", "wheel", "packaging")
     session.run("pytest", "-m", "kit", "-n", "0", "--durations=5", "tests/test_gpu_kit.py")

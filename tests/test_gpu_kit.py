@@ -5,7 +5,7 @@ this machine's Python (``tools/gpu_kit/build.py``). A virtualenv gets only packa
 stock CUDA PyTorch image holds (``tools/gpu_kit/stock-image.txt``: the lines marked ``+``,
 installed normally, and nothing outside the list may come in with them). Then
 ``tools/gpu_kit/run.sh`` installs the kit into it with ``pip --no-index`` and runs check (a)
-on the CPU (``use_gpu=False``), in a network namespace with no route out
+on the CPU (``use_gpu=False``), in a network namespace with nothing beyond loopback
 (``tests/namespace.sh``), so anything missing fails the run and nothing can be fetched.
 """
 

@@ -3,7 +3,8 @@
     nox -s gpu_kit [-- --python-version 3.12 --torch 2.11 --out .gpu-kit]
 
 Many GPU nodes (company and university clusters, and the GPU machine this project is
-lent) have a CUDA PyTorch installed and no package index. ``tools/gpu_kit/run.sh``
+lent) have a CUDA PyTorch installed and no package index (the handbook's page:
+``docs/rlhf/index.md#gpu-check``). ``tools/gpu_kit/run.sh``
 installs this folder there with ``pip install --no-index --no-deps --target`` on top of
 the machine's own Python, torch and transformers, and runs the checks.
 

@@ -2,7 +2,8 @@
 
     python tools/gpu_kit/checks.py RESULTS_DIR --deadline EPOCH_SECONDS
 
-``tools/gpu_kit/run.sh`` calls this after installing the kit. Each check runs in a process
+``tools/gpu_kit/run.sh`` calls this after installing the kit (``docs/rlhf/index.md#gpu-check``;
+what it measured on an H200: ``#gpu-measured`` there). Each check runs in a process
 of its own, killed (with its process group) when its time cap or the deadline comes, and
 the summary (``RESULTS_DIR/summary.json``) is rewritten after every check, so a late
 failure, or the whole script killed at its limit, still leaves the earlier results:
