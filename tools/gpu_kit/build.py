@@ -169,24 +169,19 @@ def repack_without(wheel: Path, dropped: tuple[str, ...], dest: Path, work: Path
     return repacked
 
 
+def pip_wheel(source: str, dest: Path) -> None:
+    """``pip wheel --no-deps`` of ``source`` (a requirement or a project folder) into ``dest``."""
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dest)]
+    subprocess.run([*command, source], check=True)
+
+
 def build_pure_wheel(requirement: str, dest: Path) -> None:
     """Build a pure-Python wheel from a source archive (any Python can install it).
 
     Raises:
         SystemExit: the wheel built is not pure Python (it would not fit another target).
     """
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--quiet",
-        "--no-deps",
-        "-w",
-        str(dest),
-        requirement,
-    ]
-    subprocess.run(command, check=True)
+    pip_wheel(requirement, dest)
     name = canonicalize_name(requirement.split("==")[0])
     for wheel in dest.glob("*.whl"):
         parsed_name, _, _, tags = parse_wheel_filename(wheel.name)
@@ -194,22 +189,6 @@ def build_pure_wheel(requirement: str, dest: Path) -> None:
             raise SystemExit(
                 f"{wheel.name} is not pure Python: it cannot go in a kit for another target"
             )
-
-
-def build_project_wheel(dest: Path) -> None:
-    """The project itself (``reference_impl``) as a pure-Python wheel."""
-    command = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--quiet",
-        "--no-deps",
-        "-w",
-        str(dest),
-        str(ROOT),
-    ]
-    subprocess.run(command, check=True)
 
 
 def sha256(path: Path) -> str:
@@ -267,7 +246,7 @@ def build(out: Path, python_version: str, torch_version: str, tensordict: str | 
                 repack_without(wheel, RAY_DROPPED, out, Path(tmp) / "unpacked")
             else:
                 shutil.copy2(wheel, out)
-    build_project_wheel(out)
+    pip_wheel(str(ROOT), out)  # the project itself, reference_impl
     target = {"python": python_version, "torch": torch_version, "platform": "manylinux x86-64"}
     return write_manifest(out, target)
 

@@ -88,13 +88,13 @@ def run_check(name: str, command: list[str], cap_s: float, results: Path) -> dic
 
 
 def stop_ray() -> None:
-    """``ray stop --force``: end whatever Ray processes a killed check left behind."""
-    ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
-    site_bin = [Path(p) / "bin" / "ray" for p in os.environ.get("PYTHONPATH", "").split(":") if p]
-    for candidate in [*site_bin, Path(ray)]:
-        if candidate.exists():
-            subprocess.run([str(candidate), "stop", "--force"], capture_output=True, timeout=60)
-            return
+    """``ray stop --force``: end whatever Ray processes a killed check left behind.
+
+    ``ray`` is the kit's own command: run.sh puts the kit's ``bin/`` first on ``PATH``.
+    """
+    ray = shutil.which("ray")
+    if ray:
+        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=60)
 
 
 def last_line(log: Path, pattern: str) -> str:
