@@ -42,8 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 GPU_BLOCK = "<!-- block: gpu -->"  # the harness's marker (tests/docblocks/collect.py)
 SMOKE_CAP_S = 90
 ROLLOUT_CAP_S = 90
-DOCS_CAP_S = 150  # the two GPU pages, whole, in-process, on one H100/H200
+DOCS_CAP_S = 300  # the GPU pages, whole, in-process, on one H100/H200 (about 200 s)
 ROLLOUT_REPEATS = 5
+CHECKS = ("smoke", "rollout", "learning", "docs")
 
 
 def versions() -> dict:
@@ -106,7 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="folder for summary.json and the logs")
     parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
+    parser.add_argument(
+        "--only", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}"
+    )
     args = parser.parse_args(argv)
+    only = args.only.split(",")
+    if unknown := [name for name in only if name not in CHECKS]:
+        parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)}")
     results: Path = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions()}
@@ -145,44 +152,52 @@ def main(argv: list[str] | None = None) -> int:
         report("skipped", "rollout, learning (with MFU), docs: no CUDA on this machine")
         return 0 if smoke["ok"] else 1
 
+    for name in CHECKS:
+        if name not in only:
+            checks[name] = {"skipped": "not in --only", "ok": True}
+
     # b. rollout speed
-    rollout_cmd = [python, "benchmarks/rlhf_generation.py", "--repeats", str(ROLLOUT_REPEATS)]
-    rollout = checks["rollout"] = run_check(
-        "rollout", rollout_cmd, min(ROLLOUT_CAP_S, left()), results
-    )
-    ratio = last_line(results / "rollout.log", r"^ours/transformers tokens/s: (\S+)x$")
-    rollout["ratio"] = float(ratio) if ratio else None
-    rollout["ok"] = rollout["exit_code"] == 0 and rollout["ratio"] is not None
-    report("rollout", f"ours/transformers tokens/s {ratio or '?'}x (see rollout.log)")
+    if "rollout" in only:
+        rollout_cmd = [python, "benchmarks/rlhf_generation.py", "--repeats", str(ROLLOUT_REPEATS)]
+        rollout = checks["rollout"] = run_check(
+            "rollout", rollout_cmd, min(ROLLOUT_CAP_S, left()), results
+        )
+        ratio = last_line(results / "rollout.log", r"^ours/transformers tokens/s: (\S+)x$")
+        rollout["ratio"] = float(ratio) if ratio else None
+        rollout["ok"] = rollout["exit_code"] == 0 and rollout["ratio"] is not None
+        report("rollout", f"ours/transformers tokens/s {ratio or '?'}x (see rollout.log)")
 
     # c, d. learning, MFU, stage shares
-    learning_s = left() - DOCS_CAP_S - 15
-    figures = results / "learning.json"
-    learning_cmd = [
-        python, "benchmarks/rlhf_gpu.py", "--no-rollout", "--seconds", f"{learning_s - 10:.0f}",
-        "--output-dir", str(results / "gpu-grpo"), "--summary", str(figures),
-    ]  # fmt: skip
-    learning = checks["learning"] = run_check("learning", learning_cmd, learning_s, results)
-    if figures.exists():
-        learning.update(json.loads(figures.read_text()))  # keys "learning" and "mfu"
-        figures.unlink()  # now in summary.json
-    learning["ok"] = learning.get("learning", {}).get("reached", False)
-    for name in ("metrics.jsonl", "reward_curve.png"):
-        if (results / "gpu-grpo" / name).exists():
-            shutil.copy(results / "gpu-grpo" / name, results / name)
-    line = last_line(results / "learning.log", r"^gpu learning run: .*$")
-    report("learning", line or "no result (see learning.log)")
-    report("mfu", last_line(results / "learning.log", r"^gpu perf/mfu/actor.*$") or "not measured")
+    if "learning" in only:
+        learning_s = left() - DOCS_CAP_S - 15
+        figures = results / "learning.json"
+        learning_cmd = [
+            python, "benchmarks/rlhf_gpu.py", "--no-rollout", "--seconds", f"{learning_s - 10:.0f}",
+            "--output-dir", str(results / "gpu-grpo"), "--summary", str(figures),
+        ]  # fmt: skip
+        learning = checks["learning"] = run_check("learning", learning_cmd, learning_s, results)
+        if figures.exists():
+            learning.update(json.loads(figures.read_text()))  # keys "learning" and "mfu"
+            figures.unlink()  # now in summary.json
+        learning["ok"] = learning.get("learning", {}).get("reached", False)
+        for name in ("metrics.jsonl", "reward_curve.png"):
+            if (results / "gpu-grpo" / name).exists():
+                shutil.copy(results / "gpu-grpo" / name, results / name)
+        line = last_line(results / "learning.log", r"^gpu learning run: .*$")
+        report("learning", line or "no result (see learning.log)")
+        mfu = last_line(results / "learning.log", r"^gpu perf/mfu/actor.*$")
+        report("mfu", mfu or "not measured")
 
     # e. the GPU-only doc blocks, their pages whole
-    english = (p for p in sorted((ROOT / "docs").rglob("*.md")) if not p.name.endswith(".zh.md"))
-    pages = [str(p.relative_to(ROOT)) for p in english if GPU_BLOCK in p.read_text()]
-    docs_cmd = [python, "-m", "pytest", *pages, "-n", "0", "-rs", "-p", "no:cacheprovider"]
-    docs = checks["docs"] = run_check("docs", docs_cmd, min(DOCS_CAP_S, left()), results)
-    docs["pages"] = pages
-    docs["ok"] = docs["exit_code"] == 0
-    outcome = last_line(results / "docs.log", r"^=+ (.*) =+$")
-    report("docs", f"{'PASS' if docs['ok'] else 'FAIL'} {outcome} ({', '.join(pages)})")
+    if "docs" in only:
+        english = [p for p in sorted((ROOT / "docs").rglob("*.md")) if ".zh." not in p.name]
+        pages = [str(p.relative_to(ROOT)) for p in english if GPU_BLOCK in p.read_text()]
+        docs_cmd = [python, "-m", "pytest", *pages, "-n", "0", "-v", "-rs", "-p", "no:cacheprovider"]
+        docs = checks["docs"] = run_check("docs", docs_cmd, min(DOCS_CAP_S, left()), results)
+        docs["pages"] = pages
+        docs["ok"] = docs["exit_code"] == 0
+        outcome = last_line(results / "docs.log", r"^=+ (.*) =+$")
+        report("docs", f"{'PASS' if docs['ok'] else 'FAIL'} {outcome} ({', '.join(pages)})")
     shutil.rmtree(results / "gpu-grpo", ignore_errors=True)  # copied what matters above
     summary["ok"] = all(check["ok"] for check in checks.values())
     save()

@@ -12,7 +12,8 @@
 # smoke check on the CPU and says that it skipped the rest.
 #
 # Settings: GPU_KIT_DIR (default .gpu-kit), GPU_KIT_SITE (where the kit is installed,
-# default /tmp/gpu-kit-site), GPU_KIT_LIMIT_S, PYTHON (default python3).
+# default /tmp/gpu-kit-site), GPU_KIT_LIMIT_S, PYTHON (default python3), GPU_KIT_CHECKS
+# (a comma-separated subset of smoke,rollout,learning,docs; default all of them).
 set -uo pipefail
 if [ $# -ne 1 ]; then
   echo "usage: bash tools/gpu_kit/run.sh RESULTS_DIR" >&2
@@ -43,7 +44,8 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 # checks.py keeps to the deadline itself; timeout is the backstop if it cannot.
 deadline=$((start + limit_s))
 timeout --kill-after=10 $((deadline - $(date +%s) + 5)) \
-  "$python" tools/gpu_kit/checks.py "$results" --deadline "$deadline"
+  "$python" tools/gpu_kit/checks.py "$results" --deadline "$deadline" \
+  ${GPU_KIT_CHECKS:+--only "$GPU_KIT_CHECKS"}
 status=$?
 ray stop --force >/dev/null 2>&1 || true
 echo "run.sh: exit $status after $(( $(date +%s) - start )) s (limit $limit_s s); results in $results"
