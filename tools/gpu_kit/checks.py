@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     if "docs" in only:
         english = [p for p in sorted((ROOT / "docs").rglob("*.md")) if ".zh." not in p.name]
         pages = [str(p.relative_to(ROOT)) for p in english if GPU_BLOCK in p.read_text()]
-        docs_cmd = [python, "-m", "pytest", *pages, "-n", "0", "-v", "-rs", "-p", "no:cacheprovider"]
+        docs_cmd = [python, "-m", "pytest", *pages, "-n0", "-v", "-rs", "-pno:cacheprovider"]
         docs = checks["docs"] = run_check("docs", docs_cmd, min(DOCS_CAP_S, left()), results)
         docs["pages"] = pages
         docs["ok"] = docs["exit_code"] == 0
