@@ -104,3 +104,42 @@ def test_every_gpu_figure_on_the_page_is_in_the_run_files(page):
     section = gpu_section(page)
     missing = [figure for figure in figures() if figure not in section]
     assert not missing, f"{page.name}: figures not found in the GPU section: {missing}"
+
+
+RUN3 = RESULTS / "run3-docs"
+
+
+def gpu_outputs(page: Path) -> list[str]:
+    """The text of each ``output`` block that follows a ``gpu`` block on ``page``."""
+    from sybil import Document
+
+    from tests.docblocks.collect import census
+
+    blocks = list(census(Document(page.read_text(encoding="utf-8"), str(page))))
+    return [
+        str(shown.lexemes["source"])
+        for (_, ran), (shown, kind) in zip(blocks, blocks[1:])
+        if ran.kind == "gpu" and kind.kind == "output"
+    ]
+
+
+GPU_OUTPUT_PAGES = sorted(p for p in (REPO / "docs").rglob("*.md") if gpu_outputs(p))
+
+
+@pytest.mark.parametrize("page", GPU_OUTPUT_PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_what_a_gpu_block_printed_was_printed_on_a_gpu(page):
+    """CI has no GPU, so an ``output`` block after a ``gpu`` block is never compared there.
+
+    ``run3-docs/gpu-outputs.json`` holds each such block's text as it stood when the kit's
+    docs check passed it on the H200 (its item is ``PASSED`` in ``run3-docs/docs.log``).
+    Changing that text, or adding such a block, needs a GPU run (``tools/gpu_kit/run.sh``)
+    and a new record. The Chinese twin shows the same text (tests/test_docs_pages.py).
+    """
+    record = json.loads((RUN3 / "gpu-outputs.json").read_text())
+    log = (RUN3 / "docs.log").read_text()
+    for row in record:
+        assert f"{row['item']} PASSED" in log, f"{row['item']} did not pass in docs.log"
+    english = page.with_name(page.name.replace(".zh.md", ".md"))
+    seen = [row["output"] for row in record if row["page"] == str(english.relative_to(REPO))]
+    unseen = [text for text in gpu_outputs(page) if text not in seen]
+    assert not unseen, f"{page.name}: output of a gpu block never seen on a GPU: {unseen}"
