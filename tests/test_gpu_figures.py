@@ -118,7 +118,7 @@ def gpu_outputs(page: Path) -> list[str]:
     blocks = list(census(Document(page.read_text(encoding="utf-8"), str(page))))
     return [
         str(shown.lexemes["source"])
-        for (_, ran), (shown, kind) in zip(blocks, blocks[1:])
+        for (_, ran), (shown, kind) in zip(blocks, blocks[1:], strict=False)
         if ran.kind == "gpu" and kind.kind == "output"
     ]
 

@@ -1,6 +1,7 @@
 """The GPU kit's checks, in order, within one wall-clock limit: one line each, a JSON summary.
 
-    python tools/gpu_kit/checks.py RESULTS_DIR --deadline EPOCH_SECONDS
+    python tools/gpu_kit/checks.py RESULTS_DIR --deadline EPOCH_SECONDS [--only smoke,docs]
+    python tools/gpu_kit/checks.py RESULTS_DIR --plan    # what the docs check would run
 
 ``tools/gpu_kit/run.sh`` calls this after installing the kit (``docs/rlhf/index.md#gpu-check``;
 what it measured on an H200: ``#gpu-measured`` there). Each check runs in a process
@@ -16,7 +17,8 @@ b. ``rollout``: ``benchmarks/rlhf_generation.py``, our rollout's tokens/s agains
 c. ``learning``: ``benchmarks/rlhf_gpu.py --no-rollout``: GRPO on the ``gpu`` preset to
    ``critic/score/mean`` >= 0.9, with what time is left after reserving the doc blocks'
    share; it also gives (d), the median ``perf/mfu/actor``, and each stage's share;
-e. ``docs``: the pages whose python blocks are marked GPU-only, run whole with pytest.
+e. ``docs``: the pages with blocks marked GPU-only, each run with pytest up to the end of
+   the section that holds its last GPU-only block (:func:`gpu_pages`).
 
 The rollout goes before the learning run and the doc blocks after it: the learning run's
 figures are the ones that need the most time, the doc blocks the ones whose time is best
@@ -95,6 +97,8 @@ def gpu_pages() -> tuple[list[str], list[str]]:
     too (the errata's E01 correction). The blocks after that run on CI; here they could only
     fail for the kit's own gaps (its Ray has no dashboard, which ``ray list`` needs).
     """
+    if str(ROOT) not in sys.path:  # run as a script, from anywhere: the harness's page model
+        sys.path.insert(0, str(ROOT))
     from sybil import Document
 
     from tests.docblocks.collect import census
@@ -144,11 +148,20 @@ def last_line(log: Path, pattern: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path, help="folder for summary.json and the logs")
-    parser.add_argument("--deadline", type=float, required=True, help="epoch seconds")
+    parser.add_argument("--deadline", type=float, help="epoch seconds (required to run)")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the docs check's pages and deselected items"
+    )
     parser.add_argument(
         "--only", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}"
     )
     args = parser.parse_args(argv)
+    if args.plan:
+        pages, after = gpu_pages()
+        print(json.dumps({"pages": pages, "deselect": after}, indent=1))
+        return 0
+    if args.deadline is None:
+        parser.error("--deadline is required")
     only = args.only.split(",")
     if unknown := [name for name in only if name not in CHECKS]:
         parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)}")

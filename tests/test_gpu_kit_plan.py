@@ -1,0 +1,66 @@
+"""What the GPU kit's docs check runs (``tools/gpu_kit/checks.py --plan``), checked on CPU.
+
+On a GPU machine the check runs each page that has ``gpu`` blocks up to the end of the
+section holding its last one; the rest of the page runs on CI. A GPU-only block, or the
+``output`` block after it, left out of that plan would never run anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from sybil import Document
+
+from tests.docblocks.collect import census
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def plan(tmp_path) -> dict:
+    command = [sys.executable, "tools/gpu_kit/checks.py", str(tmp_path), "--plan"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def items(page: str) -> list[tuple[str, str, str]]:
+    """(pytest id, block kind, source) of each block on ``page``."""
+    text = (REPO / page).read_text(encoding="utf-8")
+    found = []
+    for region, verdict in census(Document(text, page)):
+        line = text.count("\n", 0, region.start) + 1
+        column = region.start - (text.rfind("\n", 0, region.start) + 1) + 1
+        item = f"{page}::sybil:docs,line:{line},column:{column}"
+        found.append((item, verdict.kind, str(region.lexemes["source"])))
+    return found
+
+
+def test_the_docs_check_runs_every_gpu_block_and_what_it_prints(tmp_path):
+    chosen = plan(tmp_path)
+    with_gpu = sorted(
+        str(p.relative_to(REPO))
+        for p in (REPO / "docs").rglob("*.md")
+        if ".zh." not in p.name
+        and any(kind == "gpu" for _, kind, _ in items(str(p.relative_to(REPO))))
+    )
+    assert chosen["pages"] == with_gpu
+    deselected = set(chosen["deselect"])
+    for page in with_gpu:
+        blocks = items(page)
+        for (item, kind, _), following in zip(blocks, [*blocks[1:], None], strict=True):
+            if kind == "gpu":
+                assert item not in deselected, f"{item}: a gpu block left out"
+                if following and following[1] == "output":
+                    assert following[0] not in deselected, f"{following[0]}: its output left out"
+
+
+def test_the_errata_stop_after_e01_before_ray_list_which_needs_the_dashboard(tmp_path):
+    deselected = set(plan(tmp_path)["deselect"])
+    blocks = items("docs/errata.md")
+    e05 = [item for item, _, source in blocks if 'ray_cli("list", "nodes"' in source]
+    assert e05 and e05[0] in deselected
+    e01_fix = [item for item, _, source in blocks if "def matrix_multiply(a, b)" in source]
+    assert e01_fix and e01_fix[0] not in deselected
