@@ -280,7 +280,7 @@ def gpu(session: nox.Session) -> None:
 
 @nox.session
 def gpu_kit(session: nox.Session) -> None:
-    """Build the offline GPU kit in .gpu-kit/ (tools/gpu_kit/build.py; README "On a GPU").
+    """Build the offline GPU kit in .gpu-kit/ (tools/gpu_kit/build.py; CONTRIBUTING.md "On a GPU").
 
     For a GPU node with a CUDA PyTorch and no package index: Ray 2.60.0 without its Java
     jars, the other wheels the GPU checks need that a stock CUDA PyTorch image lacks, and
@@ -290,6 +290,14 @@ def gpu_kit(session: nox.Session) -> None:
     """
     session.install(*CONSTRAINTS, "pip", "wheel", "packaging")
     session.run("python", "tools/gpu_kit/build.py", *session.posargs)
+
+
+@nox.session
+def downloads(session: nox.Session) -> None:
+    """A page's download runs in a fresh virtualenv after exactly the install line it gives
+    (tests/test_downloads_install.py, marker ``downloads``). CI runs it."""
+    session.install(*CONSTRAINTS, "-e", ".[test]")
+    session.run("pytest", "-m", "downloads", "-n", "0", "tests/test_downloads_install.py")
 
 
 @nox.session

@@ -54,12 +54,20 @@ the MkDocs hook that writes the files and links them from each page.
 
 from __future__ import annotations
 
+import ast
+import os
 import posixpath
 import re
+import sys
 import textwrap
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 # Same marker syntax and kinds as tests/docblocks/collect.py (MARKER, MARKER_KINDS).
 MARKER = re.compile(r"^[ \t]*<!--\s*block:\s*(?P<kind>[a-z-]+)(?P<note>[^>]*?)\s*-->[ \t]*$")
@@ -77,6 +85,7 @@ LABELS = {
             "page when the site is built; the page is the source."
         ),
         "run": "Run it with `python {name}`.",
+        "install": "First install what it imports, in a fresh virtualenv (Python >= 3.10):",
         "output": "Output:",
         "output_note": "Output (`...` stands for text that differs from run to run):",
         "gpu": (
@@ -97,6 +106,7 @@ LABELS = {
             "以页面为准。"
         ),
         "run": "用 `python {name}` 运行。",
+        "install": "先在一个新的虚拟环境（Python >= 3.10）中安装它导入的包：",
         "output": "输出：",
         "output_note": "输出（`...` 代表每次运行都不同的内容）：",
         "gpu": (
@@ -116,6 +126,25 @@ LABELS = {
 COMMENT_CHARS = 240
 COMMENT_WIDTH = 88
 CLOSING = set("，。、；：！？）》」』”’")
+
+
+# What a download imports -> the pip requirements that provide it, pinned from
+# constraints.txt. reference_impl comes from the repository (REPO_URL, which the Pages
+# workflow sets; a local build names the checkout it was built from) with the pinned
+# versions of its own dependencies (pyproject.toml). veRL and TransferQueue install without
+# their GPU stack (--no-deps), after the CPU-side packages of reference_impl's `verl` extra.
+REQUIREMENTS = {
+    "hydra": "hydra-core",
+    "numpy": "numpy",
+    "omegaconf": "omegaconf",
+    "packaging": "packaging",
+    "psutil": "psutil",
+    "ray": "ray[default]",
+    "tensordict": "tensordict",
+    "torch": "torch",
+    "yaml": "PyYAML",
+}
+WITHOUT_DEPS = {"verl": "verl", "transfer_queue": "TransferQueue"}
 
 
 class TakeAwayError(ValueError):
@@ -430,6 +459,72 @@ def uses_ray(items: list[str | Block]) -> bool:
     )
 
 
+def imported(items: list[str | Block]) -> set[str]:
+    """Top-level names of the modules that the page's python and gpu blocks import."""
+    names = set()
+    for item in items:
+        if isinstance(item, Block) and item.kind in ("python", "gpu"):
+            for node in ast.walk(ast.parse(item.source)):
+                if isinstance(node, ast.Import):
+                    names |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names)
+
+
+def install_commands(page: Path, docs: Path) -> list[str]:
+    """The ``pip install`` commands that give a fresh virtualenv what the page imports.
+
+    Versions are the ones the suite ran the page with (``constraints.txt``).
+
+    Raises:
+        TakeAwayError: the page imports a package that :data:`REQUIREMENTS` does not name.
+    """
+    root = docs.resolve().parent
+    pins = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if version:
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+    def pinned(requirement: str) -> str:
+        name = re.split(r"[\[<>=;]", requirement, maxsplit=1)[0].strip()
+        version = pins.get(name.lower().replace("_", "-"))
+        return f'"{requirement}=={version}"' if version else f'"{requirement}"'
+
+    names = imported(pieces(page))
+    unknown = sorted(names - set(REQUIREMENTS) - set(WITHOUT_DEPS) - {"reference_impl"})
+    if unknown:
+        raise TakeAwayError(
+            f"{page.name} imports {unknown}: add the pip requirement that provides each to "
+            "REQUIREMENTS in tools/take_away.py"
+        )
+    wanted = [REQUIREMENTS[name] for name in sorted(names) if name in REQUIREMENTS]
+    extras = []
+    if "reference_impl" in names:
+        wanted += [req for req in project["dependencies"]]
+        if any(
+            isinstance(item, Block) and "reference_impl.rlhf" in item.source
+            for item in pieces(page)
+        ):
+            extras.append("rlhf")
+    without_deps = [WITHOUT_DEPS[name] for name in sorted(names) if name in WITHOUT_DEPS]
+    if without_deps:
+        wanted += project["optional-dependencies"]["verl"]
+    for extra in extras:
+        wanted += project["optional-dependencies"][extra]
+    first = list(dict.fromkeys(pinned(req) for req in wanted))
+    if "reference_impl" in names:
+        url = os.environ.get("REPO_URL") or root.as_uri()
+        extra = f"[{','.join(extras)}]" if extras else ""
+        first.append(f'"reference_impl{extra} @ git+{url}"')
+    commands = ["pip install " + " ".join(first)] if first else []
+    if without_deps:
+        commands.append("pip install --no-deps " + " ".join(pinned(n) for n in without_deps))
+    return commands
+
+
 def script_text(page: Path, docs: Path, *, markers: bool = False) -> str:
     """The page as a Python script.
 
@@ -448,6 +543,9 @@ def script_text(page: Path, docs: Path, *, markers: bool = False) -> str:
     intro = words["intro"].format(src=source_label(page, docs), what=words["script"])
     space = "" if language(page) == "zh" else " "
     out += comment_lines(intro + space + words["run"].format(name=name))
+    commands = install_commands(page, docs)
+    if commands:
+        out += ["#"] + comment_lines(words["install"]) + [f"#   {c}" for c in commands]
     prose = ""
     previous: Block | None = None
     number = 0
@@ -506,6 +604,13 @@ def notebook(page: Path, docs: Path, page_url: str | None = None):
         markdown.clear()
 
     intro = words["intro"].format(src=f"`{source_label(page, docs)}`", what=words["notebook"])
+    commands = install_commands(page, docs)
+    if commands:  # the first cell: what a fresh kernel needs before anything else runs
+        cells.append(
+            nbformat.v4.new_code_cell(
+                "\n".join([f"# {words['install']}"] + [f"%{c}" for c in commands])
+            )
+        )
     previous: Block | None = None
     for index, item in enumerate(items):
         if isinstance(item, str):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The one command to type on a GPU node without a package index (README "On a GPU"):
+# The one command to type on a GPU node without a package index (CONTRIBUTING.md "On a GPU"):
 #
 #     bash tools/gpu_kit/run.sh RESULTS_DIR
 #
