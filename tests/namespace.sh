@@ -18,8 +18,9 @@
 # * its own /tmp, a new directory under NAMESPACE_WORK: pages name fixed paths there
 #   (`ray start ... --temp-dir=/tmp/ray-node2`), and `ray.init()` with no address joins
 #   the cluster recorded in /tmp/ray/ray_current_cluster. The checkout, if it is under
-#   /tmp (CI may clone there), and NAMESPACE_KEEP (pytest's --basetemp lives there) stay
-#   visible at the same paths.
+#   /tmp (CI may clone there), and each path of NAMESPACE_KEEP (colon-separated: pytest's
+#   --basetemp, and the interpreter's virtualenv and base prefix, which may be under /tmp
+#   too) stay visible at the same paths.
 #
 # Needs Linux and the privilege to make namespaces (root, as on CI). tests/passes.py
 # probes with `bash tests/namespace.sh true` and, where that fails, runs the shell pages
@@ -43,7 +44,8 @@ printf 'nameserver 127.0.0.1\noptions timeout:1 attempts:1\n' >"$private_tmp.res
 mount --bind "$private_tmp.resolv.conf" /etc/resolv.conf
 
 checkout=$(cd "$(dirname "$0")/.." && pwd)
-for keep in "$checkout" "${NAMESPACE_KEEP:-}"; do
+IFS=: read -r -a kept_paths <<<"${NAMESPACE_KEEP:-}"
+for keep in "$checkout" "${kept_paths[@]}"; do
   case "$keep" in
     /tmp/*)
       mkdir -p "$private_tmp/${keep#/tmp/}"

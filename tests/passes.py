@@ -92,9 +92,9 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE_SH = REPO / "tests" / "namespace.sh"
 PYTEST = [sys.executable, "-m", "pytest"]
 # pyproject.toml's addopts say `-n auto` (which would override --tx) and deselect `shell`
-# and `alone`; the namespaced run replaces them. `rlhf`, `browser` and `kit` have sessions
+# and `alone`; the namespaced run replaces them. `rlhf`, `browser`, `kit` and `downloads` have sessions
 # of their own (noxfile.py).
-NAMESPACED_DESELECT = "not rlhf and not browser and not kit"
+NAMESPACED_DESELECT = "not rlhf and not browser and not kit and not downloads"
 # The whole namespaced run: 10-13 minutes on a 2-core machine (620-797 s measured, above).
 SUITE_LIMIT_S = 40 * 60
 
@@ -136,7 +136,10 @@ def namespaced_run(workers: int, work: Path) -> tuple[list[str], dict[str, str]]
         f"--basetemp={kept / 'basetemp'}",
         "--durations=15",
     ]
-    env = {**os.environ, "NAMESPACE_WORK": str(work), "NAMESPACE_KEEP": str(kept)}
+    # The interpreter must stay visible too: a virtualenv (or its base Python) under /tmp
+    # would vanish behind the private /tmp.
+    keep = dict.fromkeys([str(kept), sys.prefix, sys.base_prefix])
+    env = {**os.environ, "NAMESPACE_WORK": str(work), "NAMESPACE_KEEP": ":".join(keep)}
     return command, env
 
 

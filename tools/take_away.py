@@ -516,7 +516,8 @@ def install_commands(page: Path, docs: Path) -> list[str]:
         wanted += project["optional-dependencies"][extra]
     first = list(dict.fromkeys(pinned(req) for req in wanted))
     if "reference_impl" in names:
-        url = os.environ.get("REPO_URL") or root.as_uri()
+        # file://localhost/...: pip before 23.3 rejects the empty host of file:///...
+        url = os.environ.get("REPO_URL") or f"file://localhost{root.as_posix()}"
         extra = f"[{','.join(extras)}]" if extras else ""
         first.append(f'"reference_impl{extra} @ git+{url}"')
     commands = ["pip install " + " ".join(first)] if first else []
