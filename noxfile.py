@@ -111,6 +111,36 @@ def tests(session: nox.Session) -> None:
     )
 
 
+# The pages whose printed verdicts come from timings: a ratio, which stage was busiest, what
+# overlapped. Each must print the same on a machine doing other work (nox -s busy).
+TIMED_PAGES = (
+    "docs/cluster/bottleneck.md",
+    "docs/inside-ray/heterogeneous.md",
+    "docs/inside-ray/index.md",
+    "docs/inside-ray/measurements.md",
+    "docs/inside-ray/tasks-vs-actors.md",
+    "docs/ray-core/futures.md",
+    "docs/ray-core/objects.md",
+    "docs/ray-core/tasks-vs-actors.md",
+    "docs/ray-core/tasks.md",
+    "docs/verl/dataproto.md",
+    "docs/verl/transferqueue.md",
+)
+
+
+@nox.session
+def busy(session: nox.Session) -> None:
+    """The pages whose printed verdicts come from timings, with two CPU burners beside them.
+
+    A reader runs `nox` while doing other things; a page that prints "faster: True" only on
+    a quiet machine is a bug. tests/passes.py runs the pages as `nox -s tests` does, with
+    two processes that each keep a CPU busy (and stop by themselves). CI runs it.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,bench,browser,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    session.run("python", "-m", "tests.passes", "--burners", "2", *TIMED_PAGES)
+
+
 @nox.session
 def rlhf(session: nox.Session) -> None:
     """The RLHF pipeline on Ray: train GRPO and PPO to the target, resume, compare with TRL.

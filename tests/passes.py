@@ -2,6 +2,7 @@
 
     python -m tests.passes              (3 workers)
     python -m tests.passes --workers 4
+    python -m tests.passes --burners 2 docs/cluster/bottleneck.md   (nox -s busy)
 
 The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
 
@@ -92,8 +93,8 @@ REPO = Path(__file__).resolve().parents[1]
 NAMESPACE_SH = REPO / "tests" / "namespace.sh"
 PYTEST = [sys.executable, "-m", "pytest"]
 # pyproject.toml's addopts say `-n auto` (which would override --tx) and deselect `shell`
-# and `alone`; the namespaced run replaces them. `rlhf`, `browser`, `kit` and `downloads` have sessions
-# of their own (noxfile.py).
+# and `alone`; the namespaced run replaces them. `rlhf`, `browser`, `kit` and `downloads`
+# have sessions of their own (noxfile.py).
 NAMESPACED_DESELECT = "not rlhf and not browser and not kit and not downloads"
 # The whole namespaced run: 10-13 minutes on a 2-core machine (620-797 s measured, above).
 SUITE_LIMIT_S = 40 * 60
@@ -168,32 +169,67 @@ def one_at_a_time() -> list[list[str]]:
     ]
 
 
+# A CPU burner: a busy loop that ends by itself at its deadline (argv[1], seconds from now),
+# so that one left behind by a killed run cannot burn for ever.
+BURNER = """
+import sys, time
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    pass
+"""
+
+
+def start_burners(count: int) -> list[subprocess.Popen]:
+    """``count`` processes that each keep one CPU busy for at most SUITE_LIMIT_S."""
+    return [
+        subprocess.Popen([sys.executable, "-c", BURNER, str(SUITE_LIMIT_S)]) for _ in range(count)
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--workers", type=int, default=3, help="namespaced xdist workers (default 3)"
     )
-    workers = parser.parse_args().workers
-    if workers < 1:
-        parser.error(f"--workers must be at least 1, got {workers}")
+    parser.add_argument(
+        "--burners", type=int, default=0, help="CPU-burning processes beside the run (default 0)"
+    )
+    parser.add_argument("paths", nargs="*", help="pages or tests to run (default: everything)")
+    args = parser.parse_args()
+    if args.workers < 1:
+        parser.error(f"--workers must be at least 1, got {args.workers}")
+    if args.burners < 0:
+        parser.error(f"--burners must be 0 or more, got {args.burners}")
 
     work = Path(tempfile.mkdtemp(prefix="passes-"))
+    burners = start_burners(args.burners)
+    if burners:
+        print(f"tests/passes.py: {len(burners)} CPU burners beside the run", flush=True)
     started = time.monotonic()
-    if namespaces_work(work):
-        command, env = namespaced_run(workers, work)
-        print(f"tests/passes.py: {workers} xdist workers, each in its own namespaces", flush=True)
-        code = run_with_limit(command, env)
-        print(f"tests/passes.py: the suite took {time.monotonic() - started:.0f} s")
-        return code
+    try:
+        if namespaces_work(work):
+            command, env = namespaced_run(args.workers, work)
+            print(
+                f"tests/passes.py: {args.workers} xdist workers, each in its own namespaces",
+                flush=True,
+            )
+            code = run_with_limit([*command, *args.paths], env)
+            print(f"tests/passes.py: the suite took {time.monotonic() - started:.0f} s")
+            return code
 
-    print("tests/passes.py: no namespaces here; shell pages run one at a time", flush=True)
-    codes = []
-    for command in one_at_a_time():
-        began = time.monotonic()
-        codes.append(subprocess.run(command, cwd=REPO).returncode)
-        print(f"tests/passes.py: {' '.join(command[1:])}: {time.monotonic() - began:.0f} s")
-    # Exit code 5 (nothing selected) is fine for the second run given no shell page.
-    return 0 if codes[0] == 0 and codes[1] in (0, 5) else 1
+        print("tests/passes.py: no namespaces here; shell pages run one at a time", flush=True)
+        codes = []
+        for command in one_at_a_time():
+            began = time.monotonic()
+            codes.append(subprocess.run([*command, *args.paths], cwd=REPO).returncode)
+            print(f"tests/passes.py: {' '.join(command[1:])}: {time.monotonic() - began:.0f} s")
+        # Exit code 5 (nothing selected) is fine for either run given a list of paths.
+        allowed = (0, 5) if args.paths else (0,)
+        return 0 if codes[0] in allowed and codes[1] in (0, 5) else 1
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 if __name__ == "__main__":
