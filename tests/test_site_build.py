@@ -28,7 +28,16 @@ DOCS = REPO / "docs"
 
 def copy_site_sources(dest: Path) -> Path:
     # reference_impl: the API pages read its docstrings (mkdocstrings, `paths: [.]`).
-    for item in ("mkdocs.yml", "docs", "tools", "overrides", "reference_impl"):
+    # constraints.txt, pyproject.toml: the downloads' install lines pin versions from them.
+    for item in (
+        "mkdocs.yml",
+        "docs",
+        "tools",
+        "overrides",
+        "reference_impl",
+        "constraints.txt",
+        "pyproject.toml",
+    ):
         source = REPO / item
         if source.is_dir():
             shutil.copytree(source, dest / item, ignore=shutil.ignore_patterns("__pycache__"))
@@ -37,8 +46,12 @@ def copy_site_sources(dest: Path) -> Path:
     return dest
 
 
+# As the Pages workflow sets it: the header's source link and each page's edit link.
+REPO_URL = "https://github.com/example-owner/ray-rlhf-handbook"
+
+
 def build(project: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "REPO_URL": REPO_URL}
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
         cwd=project,
@@ -169,3 +182,33 @@ def test_the_built_site_links_both_downloads(site, lang):
                 c.source for c in expected.cells if c.cell_type == "code"
             ]
     assert not missing, "\n".join(missing)
+
+
+def test_every_page_links_its_source_and_the_footer_states_the_licences(site):
+    page = site / "ray-core" / "tasks" / "index.html"
+    zh = site / "zh" / "ray-core" / "tasks" / "index.html"
+    assert f'href="{REPO_URL}/edit/main/docs/ray-core/tasks.md"' in page.read_text("utf-8")
+    assert f'href="{REPO_URL}/edit/main/docs/ray-core/tasks.zh.md"' in zh.read_text("utf-8")
+    assert f'href="{REPO_URL}"' in page.read_text("utf-8")  # the header's repository link
+    for built, words in ((page, "CC BY 4.0"), (zh, "文字采用")):
+        footer = built.read_text("utf-8").split('<footer class="md-footer">', 1)[1]
+        assert words in footer and "Apache-2.0" in footer
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_llms_txt_lists_every_page_of_the_language_once(site, lang):
+    root = site if lang == "en" else site / "zh"
+    text = (root / "llms.txt").read_text("utf-8")
+    assert text.startswith("# ")
+    listed = re.findall(r"^- \[[^\]]+\]\(([^)]+)\)", text, re.M)
+    pages = [
+        p
+        for p in root.rglob("index.html")
+        if (lang == "zh" or p.relative_to(site).parts[0] != "zh")
+        and p.relative_to(root).parts[:1] not in (("404",), ("assets",), ("search",))
+    ]
+    assert len(listed) == len(set(listed)), "a page listed twice"
+    assert len(listed) == len(pages), f"{len(listed)} listed, {len(pages)} pages built"
+    if lang == "zh":
+        assert all("/zh/" in url for url in listed)
+        assert "：" in text or "。" in text  # the lines are the Chinese pages' own sentences
