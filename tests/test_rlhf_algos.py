@@ -22,6 +22,7 @@ from reference_impl.rlhf.core_algos import (
     masked_mean,
     masked_var,
     masked_whiten,
+    place_score,
 )
 
 DTYPE = torch.float64
@@ -45,6 +46,18 @@ def ragged_mask(batch: int, length: int, seed: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------ masked statistics
+
+
+def test_place_score_puts_each_score_on_its_last_generated_token():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    scores = torch.tensor([2.0, -1.0, 0.5])
+    expected = torch.tensor([[0.0, 0.0, 2.0, 0.0], [-1.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.5]])
+    assert torch.equal(place_score(scores, mask), expected)
+    assert torch.equal(place_score(scores, mask.bool()), expected)
+    with pytest.raises(ValueError, match="no generated token"):
+        place_score(scores, torch.tensor([[1, 0], [0, 0], [1, 1]]))
+    with pytest.raises(ValueError, match=r"scores must be \[B\]"):
+        place_score(scores[:2], mask)
 
 
 def test_masked_mean_ignores_masked_positions_even_nan():

@@ -154,6 +154,22 @@ class Accumulator(Worker):
     def custom(self, x):
         return x
 
+    @register(
+        {
+            "dispatch_fn": lambda wg, x: (([x + 10 * i for i in range(wg.world_size)],), {}),
+            "collect_fn": lambda wg, out: out,
+        },
+        execute_mode=Execute.RANK_ZERO,
+    )
+    def first_share(self, x):
+        """Each rank's share differs; with Execute.RANK_ZERO only rank 0's runs."""
+        return (self.rank, x)
+
+    @register(Dispatch.RANK_ZERO)
+    def rank_zero_implied(self, x):
+        """No execute mode given: Dispatch.RANK_ZERO implies Execute.RANK_ZERO."""
+        return (self.rank, x)
+
     @register(Dispatch.ONE_TO_ALL)
     def all_reduce_rank(self):
         self.init_process_group()
@@ -276,6 +292,8 @@ def test_dispatch_modes(pool):
     assert wg.add_to_all(10) == [10, 11]
     assert wg.add_each([1, 2]) == [11, 13]
     assert wg.rank_zero_only(7) == (0, 7)
+    assert wg.rank_zero_implied(7) == (0, 7)  # one result, rank 0's, not a list of two
+    assert wg.first_share(1) == (0, 1)  # rank 0's own share (rank 1's would be 11)
     assert wg.scaled([5, 5]) == [5, 10]
     assert wg.custom(100) == 201
     out = wg.double(batch(4))
@@ -329,6 +347,8 @@ def test_non_blocking_future_feeds_the_next_call(shared):
     future = wg.double_async(batch(4))
     assert isinstance(future, DataProtoFuture)
     out = wg.double(future)  # the future is resolved inside the workers
+    assert out.batch["y"].tolist() == [0.0, 4.0, 8.0, 12.0]
+    out = wg.double(data=wg.double_async(batch(4)))  # passed by keyword: resolved too
     assert out.batch["y"].tolist() == [0.0, 4.0, 8.0, 12.0]
 
 
@@ -442,12 +462,18 @@ def test_pool_that_does_not_fit_now_times_out_with_numbers(pool):
 
 def test_merged_pool_spans_both_and_split_pool_cuts(pool):
     a, b = pool((1,)), pool((1,))
-    merged = merge_resource_pool(a, b)
-    wg = group(merged)
-    assert wg.world_size == 2
-    assert [i["rank"] for i in wg.identity()] == [0, 1]
-    left, right = split_resource_pool(pool((2,)), 1)
-    assert (group(left).world_size, group(right).world_size) == (1, 1)
+    wg = group(merge_resource_pool(a, b))
+    ids = wg.identity()
+    assert [i["rank"] for i in ids] == [0, 1]
+    # Rank 0 in a's bundle, rank 1 in b's: the merged pool spans both, in order.
+    assert [p["placement_group"] for p in wg.placement()] == bundle_ids(a) + bundle_ids(b)
+    # Each pool is a node of its own (one placement group): local ranks restart there.
+    assert [(i["local_rank"], i["local_world_size"]) for i in ids] == [(0, 1), (0, 1)]
+    whole = pool((1, 1))
+    left, right = split_resource_pool(whole, 1)
+    # Consecutive parts: the left part holds the first bundle, the right one the second.
+    places = [group(part).placement()[0]["placement_group"] for part in (left, right)]
+    assert places == bundle_ids(whole)
     with pytest.raises(ResourcePoolError, match="do not add up"):
         split_resource_pool(pool((2,)), [1, 2])
 

@@ -6,6 +6,7 @@ shape ``[B, L]``, and ``response_mask`` (float or bool, 1 = a token the policy g
 says which positions count. The module holds:
 
 - masked statistics: ``masked_mean``, ``masked_var``, ``masked_whiten``;
+- a response's score on its last token: ``place_score``;
 - loss aggregation over tokens and sequences: ``agg_loss``;
 - advantages: ``compute_gae_advantage_return`` (GAE, Schulman et al. 2016,
   arXiv:1506.02438) and ``compute_grpo_outcome_advantage`` (GRPO, Shao et al. 2024,
@@ -199,6 +200,40 @@ def agg_loss(
     # sequence: counting it would shrink the mean.
     real_seqs = (tokens_per_seq > 0).to(seq_losses.dtype)
     return masked_sum(seq_losses, real_seqs) / real_seqs.sum()
+
+
+# --------------------------------------------------------------------------------------
+# Rewards on tokens
+# --------------------------------------------------------------------------------------
+
+
+def place_score(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """One score per response, placed on its last generated token; 0 everywhere else.
+
+    Args:
+        scores: ``[B]``, one float per response.
+        response_mask: ``[B, L]``, 1 for each generated token (a right-padded response:
+            its ones come first).
+
+    Returns:
+        ``token_level_scores``, ``[B, L]``, ``scores.dtype``: row ``i`` holds ``scores[i]``
+        at index ``response_mask[i].sum() - 1`` (as veRL 0.9.1's reward managers do,
+        ``verl/workers/reward_manager/naive.py``).
+
+    Raises:
+        ValueError: if the shapes disagree, or a response has no generated token.
+    """
+    if scores.dim() != 1 or response_mask.dim() != 2 or len(scores) != len(response_mask):
+        raise ValueError(
+            f"place_score: scores must be [B] and response_mask [B, L], got "
+            f"{tuple(scores.shape)} and {tuple(response_mask.shape)}"
+        )
+    lengths = response_mask.sum(-1).long()
+    if (lengths < 1).any():
+        raise ValueError("place_score: a response has no generated token (its mask is all 0)")
+    token_scores = torch.zeros(response_mask.shape, dtype=scores.dtype)
+    token_scores[torch.arange(len(scores)), lengths - 1] = scores
+    return token_scores
 
 
 # --------------------------------------------------------------------------------------

@@ -165,10 +165,7 @@ class RLHFTrainer:
                     b["responses"], b["targets"], self.tokenizer
                 )
                 # The score lands on the last generated token; every other token gets 0.
-                last = b["response_mask"].sum(-1) - 1
-                token_scores = torch.zeros(b["responses"].shape)
-                token_scores[torch.arange(len(batch)), last] = scores
-                b["token_level_scores"] = token_scores
+                b["token_level_scores"] = core_algos.place_score(scores, b["response_mask"])
             with timer("old_log_prob", timing):
                 batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
             if c.use_kl_loss or c.use_kl_in_reward:
