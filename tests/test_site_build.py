@@ -52,6 +52,7 @@ REPO_URL = "https://github.com/example-owner/ray-rlhf-handbook"
 
 def build(project: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "REPO_URL": REPO_URL}
+    env["EDIT_URI"] = "edit/main/docs/"
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", "site"],
         cwd=project,
