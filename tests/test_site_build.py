@@ -154,8 +154,9 @@ def test_notebook_pages_show_rendered_cells_not_json(site):
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-def test_the_built_site_links_both_downloads(site, lang):
+def test_the_built_site_links_both_downloads(site, lang, monkeypatch):
     """Every page with executed python links its script and notebook (tools/take_away.py)."""
+    monkeypatch.setenv("REPO_URL", REPO_URL)  # as the build had it: the install lines name it
     missing = []
     for page in sorted(p for p in DOCS.rglob("*.md") if not p.name.endswith(".zh.md")):
         source = page if lang == "en" else twin(page)
