@@ -71,6 +71,7 @@ TROUBLESHOOTING_IDS = [
     "T08-node-never-joined",
     "T09-invalid-auth-token",
     "T10-hang-with-every-actor-alive",
+    "T11-gpu-memory-after-a-crash",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 

@@ -15,21 +15,32 @@ from tests.browser.conftest import REPO, Site
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 
-PAGE = "cluster/start/"  # docs/cluster/start.md and its twin start.zh.md
-
-# Console blocks of that page, each found by a piece of its text, and the commands it copies.
+# Console blocks, each found by its page and a piece of its text, and the commands it copies.
 CONSOLE_BLOCKS = [
-    # One command continued onto a second line, then output.
-    (
+    pytest.param(
+        "cluster/start/",
         "--temp-dir=/tmp/ray-node2",
         "ray start --address=127.0.0.1:6379 --num-cpus=2 --resources='{\"laptop2\": 1}' \\\n"
         "    --temp-dir=/tmp/ray-node2 --dashboard-agent-listen-port=52366",
+        id="continued-command-then-output",
     ),
-    # Two commands with output between them.
-    ("ray get-auth-token --generate", "ray get-auth-token --generate\nexport RAY_AUTH_MODE=token"),
+    pytest.param(
+        "cluster/start/",
+        "ray get-auth-token --generate",
+        "ray get-auth-token --generate\nexport RAY_AUTH_MODE=token",
+        id="two-commands-output-between",
+    ),
+    # Output lines that start with "(autoscaler +<n>s)", which Pygments marks as a prompt.
+    pytest.param(
+        "troubleshooting/hangs/",
+        "grep autoscaler hang.log",
+        "grep autoscaler hang.log | head -2",
+        id="output-with-a-virtualenv-like-prefix",
+    ),
 ]
 
-# A python block of that page, found by a piece of its text; it copies its source as written.
+# A python block of docs/cluster/start.md, found by a piece of its text; it copies its source.
+PYTHON_PAGE = "cluster/start/"
 PYTHON_BLOCK = 'resources={"laptop2": 1}'
 
 # Something no copy button writes: the clipboard holds it until the click replaces it.
@@ -43,14 +54,15 @@ def context(browser):
     context.close()
 
 
-def copied(context, site: Site, lang: str, language: str, containing: str) -> str:
-    """Click the copy button of the page's `language` block containing `containing`; return
-    what the clipboard then holds."""
+def copied(context, site: Site, lang: str, path: str, language: str, containing: str) -> str:
+    """Click the copy button of the `language` block of page `path` that contains `containing`;
+    return what the clipboard then holds."""
     page = context.new_page()
     try:
-        page.goto(site.url(lang, PAGE))
+        page.goto(site.url(lang, path))
         block = page.locator(f"div.language-{language}.highlight", has_text=containing)
-        assert block.count() == 1, f"{lang}:/{PAGE}: {block.count()} {language} blocks with {containing!r}"
+        found = block.count()
+        assert found == 1, f"{lang}:/{path}: {found} {language} blocks contain {containing!r}"
         page.evaluate("text => navigator.clipboard.writeText(text)", SENTINEL)
         block.locator('button[data-md-type="copy"]').click()
         page.wait_for_function(
@@ -73,11 +85,11 @@ def python_source(containing: str) -> str:
 
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
-@pytest.mark.parametrize("containing, commands", CONSOLE_BLOCKS)
-def test_console_block_copies_its_commands_only(site, context, lang, containing, commands):
-    assert copied(context, site, lang, "console", containing) == commands
+@pytest.mark.parametrize("path, containing, commands", CONSOLE_BLOCKS)
+def test_console_block_copies_its_commands_only(site, context, lang, path, containing, commands):
+    assert copied(context, site, lang, path, "console", containing) == commands
 
 
 def test_python_block_copies_its_source(site, context):
     source = python_source(PYTHON_BLOCK)
-    assert copied(context, site, "en", "python", PYTHON_BLOCK) == source
+    assert copied(context, site, "en", PYTHON_PAGE, "python", PYTHON_BLOCK) == source

@@ -8,8 +8,8 @@
 // Why not CSS alone (hiding .gp and .go while Material sets data-md-copying): Pygments renders
 // an empty output line with no .go span, and such a line cannot be told from a continuation
 // line by a selector. Here the lines are read as Pygments' console lexer reads them: a line
-// with a prompt (.gp) is a command, minus the prompt; a line after a command line that ends
-// with a backslash continues it; any other line is output.
+// with a prompt ("$ ", "# ", "> ") is a command, minus the prompt; a line after a command
+// line that ends with a backslash continues it; any other line is output.
 //
 // Tested by tests/browser/test_copy.py, which reads the clipboard after a click.
 
@@ -20,8 +20,13 @@ function consoleCommands(code) {
   const walk = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
   while (walk.nextNode()) {
     const node = walk.currentNode;
-    if (node.parentElement.closest(".gp")) {
-      prompt = true;
+    const promptSpan = node.parentElement.closest(".gp");
+    if (promptSpan) {
+      // A command starts after its prompt. Pygments also marks a leading "(...)" as a prompt,
+      // the virtualenv's (.gp-VirtualEnv), output lines such as "(autoscaler +3s) Tip: ..."
+      // included: that alone does not make a line a command.
+      text = "";
+      if (!promptSpan.classList.contains("gp-VirtualEnv")) prompt = true;
       continue;
     }
     const [first, ...rest] = node.data.split("\n");
