@@ -13,65 +13,11 @@ The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
   every Ray process it can see, and ``ray start --head`` wants port 6379: such an item
   must not share a machine with anything else that runs Ray.
 
-So each xdist worker is started through ``tests/namespace.sh``, which gives it private
-PID, network and mount namespaces: its own process table (``ray stop`` sees only its
-worker's processes), its own port 6379 and its own ``/tmp``. With that, all items run in
-one pytest session and xdist hands out pages and test files (``--dist loadfile``: a page
-runs whole on one worker) to whichever worker is free. A shell page mostly waits (on a
-``ray start``, a node joining, a timeout the page demonstrates), so while it waits the
-other workers use the cores: 3 workers on 2 cores, by default.
-
-Measured on one 2-core machine (November 2026); CPU-s in this table are all processes'
-user and system time sampled from /proc every 0.1 s, which misses short-lived processes
-(see the accounted figures below):
-
-| how the suite ran | wall | CPU-s |
-|---|---|---|
-| parallel pass (``-n 2``), then shell pages one at a time | 422 s + 618 s | 700 + 494 |
-| parallel pass, then shell pages in 2 namespaced runners, fresh clone | 474 + 387 s | 700 + 545 |
-| one session, 3 namespaced workers (this module), two runs | 657 s, 620 s | 1107, 1049 |
-| the same, ``bash .ci/run`` on a fresh clone, two runs | 678 s, 769 s | |
-
-On those fresh clones all of ``nox`` (installs, the suite, docs, lint) took 713 s and
-807 s, against 902 s with the two passes; on a third (``nox`` alone), 766 s with the
-suite at 724 s.
-
-In the namespaced session the cores stay busy (1.7 of 2 on average, against 1.5 and 1.4
-in the two passes before).
-
-Where the CPU goes. Counted by the kernel's process accounting (``acct(2)``: every process
-that ends, however short-lived, with its user and system time), all of ``nox`` on a fresh
-clone took 1333 CPU-s in 766 s (1.74 cores busy), and the suite alone 1289-1301 CPU-s in
-724-738 s. By process kind, in one suite run (1301 CPU-s):
-
-| processes | CPU-s | count |
-|---|---|---|
-| Ray workers: the pages' and tests' tasks and actors (most import torch) | 494 | 425 |
-| each node's daemons (below) | 343 | 928 |
-| the pages' subprocesses (``python train.py``, ``python -c``), shells, other | 182 | 1635 |
-| ``ray`` commands (``ray start``, ``ray status``, ``ray list ...``) | 115 | 149 |
-| page scripts (the drivers) | 77 | 29 |
-| pytest (controller and 3 workers) | 70 | 34 |
-| ``mkdocs build`` (tests/test_site_build.py) | 19 | 4 |
-
-The nodes' daemons: the dashboard and its module processes 132, dashboard agent 75,
-runtime-env agent 39, log monitor 32, autoscaler monitor 24, raylet 17, GCS 16, Ray
-client server 9. So about 93 % of the suite's CPU is what the pages and tests run (86
-Ray nodes in 68 clusters) and 7 % the harness; on 2 cores, 1300 CPU-s cannot take less
-than 650 s. Three workers keep 1.8 cores busy; four were no faster (797 s against 791 s
-for three, back to back, with the machine 98 % busy; likely because daemons that poll
-on a timer cost more the longer a contended page runs: a head node left idle costs about
-0.04 cores, measured as 5.8-7.4 CPU-s for ``ray start``, 5 s idle and ``ray stop``
-against 11.1-11.5 CPU-s with 120 s idle, two runs each).
-
-The first version of ``tests/namespace.sh`` made the worker itself PID 1; in one run of
-it a worker went down near the end ("node down: Not properly terminated", cause not
-found) and the session then waited for ever. A shell is PID 1 now, and the run has a
-time limit (``SUITE_LIMIT_S``).
-
-The pytest run's ``--basetemp`` is in a folder that ``tests/namespace.sh`` keeps visible
-in every worker (``NAMESPACE_KEEP``): xdist tells each worker to make its own folder
-inside the controller's base temp.
+So each xdist worker is started through ``tests/namespace.sh``: private PID, network and
+mount namespaces, so its own process table, port 6379 and ``/tmp`` (pytest's base temp and
+the interpreter's prefix stay visible: ``NAMESPACE_KEEP``). All items then run in one
+session, a page whole on one worker (``--dist loadfile``). A shell page mostly waits, so
+3 workers share 2 cores (the cost, measured: CONTRIBUTING.md, "What the suite costs").
 
 Where namespaces cannot be made (not Linux, or no privilege), the suite runs as before:
 the parallel pass (``pytest``: the defaults in pyproject.toml deselect ``shell`` and
