@@ -72,6 +72,7 @@ TROUBLESHOOTING_IDS = [
     "T09-invalid-auth-token",
     "T10-hang-with-every-actor-alive",
     "T11-gpu-memory-after-a-crash",
+    "T12-env-var-not-in-workers",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
