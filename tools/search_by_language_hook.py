@@ -15,8 +15,18 @@
    points each Chinese page's search ``base`` at ``zh/``, where Material's search worker
    then loads the index (``<base>/search/search_index.json``) and resolves result links.
 
-``tests/browser/test_site.py`` checks both: glossary terms land on their page, and a Chinese
-search for ``DataProto`` lands on a Chinese page.
+3. **A Chinese query keeps its last character.** Material 9.8.1's search worker segments a
+   Han query against the index's vocabulary (``fe`` in
+   ``assets/javascripts/workers/search.*.min.js``), but its loop never tries a word that
+   ends at the query's last character: whenever a prefix of the query is a word, the last
+   character is dropped and the prefix searched with a wildcard (超时 became 超*, and the
+   first result was a page about 超过). ``on_post_build`` patches that one bound in the
+   built worker (``o<t.length`` to ``o<=t.length``) and fails the build if Material's code
+   no longer has it, so an upgrade cannot undo the fix silently.
+
+``tests/browser/test_site.py`` checks all three: glossary terms land on their page, a
+Chinese search for ``DataProto`` lands on a Chinese page, and the first result for 超时 and
+资源池 is the page about them.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import re
 from pathlib import Path
 
 import jieba
+from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -65,8 +76,31 @@ def on_post_page(output: str, page, **kwargs) -> str:
     return re.sub(r'("base": ")([^"]*)(")', lambda m: f"{m[1]}{m[2]}/zh/{m[3]}", output, count=1)
 
 
+# Material 9.8.1's query segmentation: every word that starts at s and ends before the last
+# character; the fix lets a word end at the last character too.
+SEGMENT_LOOP = "for(let o=s+1;o<t.length;o++)t.slice(s,o)in e"
+SEGMENT_LOOP_FIXED = "for(let o=s+1;o<=t.length;o++)t.slice(s,o)in e"
+
+
+def patch_search_worker(site_dir: Path) -> None:
+    """Let a Chinese query's last word end at its last character (see point 3 above)."""
+    workers = sorted(site_dir.glob("assets/javascripts/workers/search.*.min.js"))
+    for worker in workers:
+        code = worker.read_text(encoding="utf-8")
+        if SEGMENT_LOOP_FIXED in code:
+            continue
+        if code.count(SEGMENT_LOOP) != 1:
+            raise PluginError(
+                f"{worker.name}: Material's query segmentation changed, so the fix for Chinese "
+                f"queries no longer applies; look for {SEGMENT_LOOP!r} and update "
+                "tools/search_by_language_hook.py"
+            )
+        worker.write_text(code.replace(SEGMENT_LOOP, SEGMENT_LOOP_FIXED), encoding="utf-8")
+
+
 @event_priority(-200)  # after mkdocs-static-i18n (-100) has written the joint index
 def on_post_build(config, **kwargs):
+    patch_search_worker(Path(config.site_dir))
     index_path = Path(config.site_dir) / "search" / "search_index.json"
     if not index_path.exists():
         return

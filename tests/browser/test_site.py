@@ -284,6 +284,21 @@ def test_a_glossary_term_is_one_word_for_search(site, browser, search_pages):
     assert site.url("zh", "cluster/scaling/#autoscaler") not in found, found
 
 
+@pytest.mark.parametrize(
+    "query, page", [("超时", None), ("资源池", "verl/resource-pools/"), ("放置组", None)]
+)
+def test_a_chinese_query_keeps_its_last_character(site, browser, search_pages, query, page):
+    """Material's worker dropped a Han query's last character when its prefix is a word
+    (超时 was searched as 超*, and the first result was about 超过): the first result must
+    contain the whole query (tools/search_by_language_hook.py patches the worker)."""
+    search(site, browser, search_pages, "zh", query)
+    first = search_pages["zh"].locator(".md-search-result__item").first
+    assert query in first.inner_text(), f"search {query!r}: first result {first.inner_text()!r}"
+    if page:
+        href = first.locator(".md-search-result__link").first.get_attribute("href")
+        assert page in href, f"search {query!r}: first result {href}"
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_search_returns_pages_of_the_readers_language(site, browser, search_pages, lang):
     """One index per language: an English name searched from a Chinese page finds Chinese pages."""
