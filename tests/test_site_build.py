@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
@@ -214,3 +215,52 @@ def test_llms_txt_lists_every_page_of_the_language_once(site, lang):
     if lang == "zh":
         assert all("/zh/" in url for url in listed)
         assert "：" in text or "。" in text  # the lines are the Chinese pages' own sentences
+
+
+class Outline(HTMLParser):
+    """The block structure of a built page's article: headings, paragraphs, code blocks,
+    tables, lists and admonitions, in order (text and inline markup left out)."""
+
+    BLOCKS = {"h1", "h2", "h3", "h4", "h5", "h6", "p", "pre", "table", "ul", "ol", "li"}
+
+    def __init__(self):
+        super().__init__()
+        self.depth = 0  # inside <article>
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "article":
+            self.depth += 1
+        elif self.depth and tag in self.BLOCKS:
+            self.tags.append(tag)
+        elif self.depth and tag == "div" and "admonition" in (dict(attrs).get("class") or ""):
+            self.tags.append("admonition")
+
+    def handle_endtag(self, tag):
+        if tag == "article":
+            self.depth -= 1
+
+
+def outline(html: str) -> list[str]:
+    parser = Outline()
+    parser.feed(html)
+    return parser.tags
+
+
+def test_each_chinese_page_has_its_english_twins_structure(site):
+    """Both languages ship together, down to the rendered HTML: a paragraph that runs into a
+    code fence (no blank line between them) renders as one block in one language only."""
+    different = []
+    for page in english_pages(site):
+        zh = site / "zh" / page.relative_to(site)
+        ours, theirs = outline(page.read_text("utf-8")), outline(zh.read_text("utf-8"))
+        if ours != theirs:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b),
+                min(len(ours), len(theirs)),
+            )
+            different.append(
+                f"{page.relative_to(site).parent}: block {first}: "
+                f"{ours[first : first + 3]} vs {theirs[first : first + 3]}"
+            )
+    assert not different, "\n".join(different)
