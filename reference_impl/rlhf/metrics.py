@@ -125,23 +125,46 @@ def read_metrics(path: str) -> list[dict]:
     return rows
 
 
-def plot_reward_curve(path: str, out_png: str, title: str) -> None:
-    """Plot ``critic/score/mean`` and exact-match accuracy against the step into ``out_png``."""
+# Fonts with Han glyphs, the first one installed is used for Chinese labels.
+CJK_FONTS = ("WenQuanYi Zen Hei", "Noto Sans CJK SC", "Source Han Sans SC", "SimHei")
+
+
+def plot_reward_curve(path: str, out_png: str, title: str, language: str = "en") -> None:
+    """Plot ``critic/score/mean`` and exact-match accuracy against the step into ``out_png``.
+
+    ``language="zh"`` labels the axis in Chinese (the metric names stay as they are logged)
+    with the first installed font of :data:`CJK_FONTS`.
+
+    Raises:
+        RuntimeError: for ``language="zh"`` when none of those fonts is installed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib import font_manager
 
+    fonts = {}
+    if language == "zh":
+        installed = {font.name for font in font_manager.fontManager.ttflist}
+        cjk = [name for name in CJK_FONTS if name in installed]
+        if not cjk:
+            raise RuntimeError(
+                f"no font with Chinese glyphs: install one of {CJK_FONTS} "
+                "(e.g. apt-get install fonts-wqy-zenhei)"
+            )
+        fonts = {"font.family": "sans-serif", "font.sans-serif": [cjk[0], "DejaVu Sans"]}
     rows = [r for r in read_metrics(path) if "critic/score/mean" in r]  # step 0: warm-up
     steps = [r["step"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
-    ax.plot(steps, [r["critic/score/mean"] for r in rows], label="critic/score/mean")
-    ax.plot(steps, [r["reward/exact_match"] for r in rows], label="reward/exact_match")
-    ax.set_xlabel("step")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(out_png)
-    plt.close(fig)
+    with matplotlib.rc_context(fonts):
+        fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)
+        ax.plot(steps, [r["critic/score/mean"] for r in rows], label="critic/score/mean")
+        ax.plot(steps, [r["reward/exact_match"] for r in rows], label="reward/exact_match")
+        ax.set_xlabel("训练步" if language == "zh" else "step")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right")
+        ax.set_title(title)
+        fig.tight_layout()
+        fig.savefig(out_png)
+        plt.close(fig)
