@@ -74,6 +74,6 @@ def test_the_header_is_the_scripts_first_lines_and_the_notebooks_first_cell():
     assert header_commands(script) == commands
     first = take_away.notebook(page, DOCS).cells[0]
     assert first.cell_type == "code"
-    assert [line.removeprefix("%") for line in first.source.splitlines()[1:]] == commands
+    assert [line.removeprefix("%") for line in first.source.splitlines()] == commands
     assert any("reference_impl @ git+" in c for c in commands)
     assert sys.version_info >= (3, 10)

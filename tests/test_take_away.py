@@ -102,8 +102,14 @@ def test_both_languages_carry_the_same_code(page):
         for p in (page, zh)
     )
     assert zh_cells == en_cells
+    # The first cell installs what the page imports (tools/take_away.py, install_commands);
+    # then come the page's python blocks, in order.
+    install = "\n".join(f"%{c}" for c in take_away.install_commands(page, DOCS))
+    assert en_cells[0] == install
     python = [b.source.rstrip("\n") for b in take_away.blocks(page) if b.kind == "python"]
-    assert en_cells[: len(python)] == python, "the notebook's code cells are the page's blocks"
+    assert en_cells[1 : 1 + len(python)] == python, (
+        "the notebook's code cells are the page's blocks"
+    )
 
 
 def test_the_suite_runs_every_page_with_downloads_as_its_script():

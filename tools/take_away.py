@@ -607,11 +607,8 @@ def notebook(page: Path, docs: Path, page_url: str | None = None):
     intro = words["intro"].format(src=f"`{source_label(page, docs)}`", what=words["notebook"])
     commands = install_commands(page, docs)
     if commands:  # the first cell: what a fresh kernel needs before anything else runs
-        cells.append(
-            nbformat.v4.new_code_cell(
-                "\n".join([f"# {words['install']}"] + [f"%{c}" for c in commands])
-            )
-        )
+        # Code only, no comment: both languages' notebooks carry the same code cells.
+        cells.append(nbformat.v4.new_code_cell("\n".join(f"%{c}" for c in commands)))
     previous: Block | None = None
     for index, item in enumerate(items):
         if isinstance(item, str):
