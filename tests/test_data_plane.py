@@ -28,12 +28,13 @@ def run_benchmark(*args: str) -> list[str]:
         [sys.executable, str(BENCHMARKS / args[0]), *args[1:]],
         capture_output=True,
         text=True,
-        timeout=280,
+        timeout=560,  # a hang detector: beside two CPU burners one quick run took 280 s
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout.splitlines()
 
 
+@pytest.mark.timeout(600)
 def test_data_plane_benchmark_reports_bytes_and_ratios():
     lines = run_benchmark("data_plane.py", "--quick", "--nodes", "1")
     assert lines[0].split()[:2] == ["nodes", "payload"], lines
@@ -103,6 +104,9 @@ class Reader:
         return out, os.getpid()
 
 
+# TransferQueue's controller and 8 storage units start in the fixture: beside two CPU burners
+# that took 280 s, so the hang detector is set for a busy machine.
+@pytest.mark.timeout(900)
 def test_transferqueue_moves_the_data_between_processes(transfer_queue):
     tq = transfer_queue
     meta, writer_pid = ray.get(Writer.remote().put.remote(seed=7))
