@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sybil import Document
 
-from tests.docblocks.collect import census
+from tests.docblocks.collect import census, item_id
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,14 +28,11 @@ def plan(tmp_path) -> dict:
 
 def items(page: str) -> list[tuple[str, str, str]]:
     """(pytest id, block kind, source) of each block on ``page``."""
-    text = (REPO / page).read_text(encoding="utf-8")
-    found = []
-    for region, verdict in census(Document(text, page)):
-        line = text.count("\n", 0, region.start) + 1
-        column = region.start - (text.rfind("\n", 0, region.start) + 1) + 1
-        item = f"{page}::sybil:docs,line:{line},column:{column}"
-        found.append((item, verdict.kind, str(region.lexemes["source"])))
-    return found
+    document = Document((REPO / page).read_text(encoding="utf-8"), page)
+    return [
+        (item_id(page, document, region), verdict.kind, str(region.lexemes["source"]))
+        for region, verdict in census(document)
+    ]
 
 
 def test_the_docs_check_runs_every_gpu_block_and_what_it_prints(tmp_path):

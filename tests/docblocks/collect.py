@@ -126,6 +126,13 @@ def census(document: Document) -> Iterator[tuple[Region, BlockKind]]:
         yield region, classify(region.lexemes["info"], marker)
 
 
+def item_id(page: str, document: Document, region: Region) -> str:
+    """The pytest id sybil gives ``region`` of ``page`` (a path relative to the checkout)."""
+    line = document.text.count("\n", 0, region.start) + 1
+    column = region.start - document.text.rfind("\n", 0, region.start)
+    return f"{page}::sybil:docs,line:{line},column:{column}"
+
+
 @dataclass(frozen=True)
 class Block:
     """One fenced block as a page shows it: info string, text, and the harness's verdict."""

@@ -101,14 +101,15 @@ def gpu_pages() -> tuple[list[str], list[str]]:
         sys.path.insert(0, str(ROOT))
     from sybil import Document
 
-    from tests.docblocks.collect import census
+    from tests.docblocks.collect import census, item_id
 
     pages, after = [], []
     for page in sorted((ROOT / "docs").rglob("*.md")):
         if ".zh." in page.name:
             continue
         text = page.read_text(encoding="utf-8")
-        blocks = list(census(Document(text, str(page))))
+        document = Document(text, str(page))
+        blocks = list(census(document))
         regions = [region for region, _ in blocks]
         gpu = [region for region, verdict in blocks if verdict.kind == "gpu"]
         if not gpu:
@@ -124,9 +125,7 @@ def gpu_pages() -> tuple[list[str], list[str]]:
         pages.append(name)
         for region in regions:
             if region.start > cut:
-                line = text.count("\n", 0, region.start) + 1
-                column = region.start - (text.rfind("\n", 0, region.start) + 1) + 1
-                after.append(f"{name}::sybil:docs,line:{line},column:{column}")
+                after.append(item_id(name, document, region))
     return pages, after
 
 
