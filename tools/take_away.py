@@ -55,6 +55,7 @@ the MkDocs hook that writes the files and links them from each page.
 from __future__ import annotations
 
 import ast
+import functools
 import os
 import posixpath
 import re
@@ -472,6 +473,18 @@ def imported(items: list[str | Block]) -> set[str]:
     return names - set(sys.stdlib_module_names)
 
 
+@functools.cache
+def pinned_versions(root: Path) -> tuple[dict[str, str], dict]:
+    """``constraints.txt`` as {normalised name: version}, and pyproject.toml's ``[project]``;
+    read once per build, not once per download."""
+    pins = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        name, _, version = line.partition("==")
+        if version:
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    return pins, tomllib.loads((root / "pyproject.toml").read_text())["project"]
+
+
 def install_commands(page: Path, docs: Path) -> list[str]:
     """The ``pip install`` commands that give a fresh virtualenv what the page imports.
 
@@ -481,12 +494,7 @@ def install_commands(page: Path, docs: Path) -> list[str]:
         TakeAwayError: the page imports a package that :data:`REQUIREMENTS` does not name.
     """
     root = docs.resolve().parent
-    pins = {}
-    for line in (root / "constraints.txt").read_text().splitlines():
-        name, _, version = line.partition("==")
-        if version:
-            pins[name.strip().lower().replace("_", "-")] = version.strip()
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    pins, project = pinned_versions(root)
 
     def pinned(requirement: str) -> str:
         name = re.split(r"[\[<>=;]", requirement, maxsplit=1)[0].strip()
