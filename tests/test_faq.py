@@ -222,9 +222,13 @@ def verdict_problem(text: str, lang: str) -> str | None:
     if len(starts) != 1 or starts[0] + 1 >= len(paragraphs):
         return f"no single {QUESTION[lang]} paragraph followed by an answer"
     verdict = paragraphs[starts[0] + 1]
-    if not (verdict.startswith("**") and verdict.endswith("**") and verdict.count("**") == 2):
+    # One bold span that opens the paragraph. English bolds the whole verdict; Chinese bolds
+    # its lead clause only, since a 200-character bold block reads as shouting in Chinese.
+    if not (verdict.startswith("**") and verdict.count("**") == 2):
         return f"the answer does not open with one bold verdict: {verdict[:60]!r}"
-    if (n := sentence_count(verdict[2:-2])) > 2:
+    if lang == "en" and not verdict.endswith("**"):
+        return f"the verdict is not bold to its end: {verdict[-60:]!r}"
+    if (n := sentence_count(verdict.replace("**", ""))) > 2:
         return f"the verdict has {n} sentences"
     rest = text.split(verdict, 1)[1]
     if FULL_SECTION[lang] not in rest:
