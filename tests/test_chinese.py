@@ -11,6 +11,8 @@
 * Anchors: a heading's id comes from its Latin letters, so a Chinese heading gets an opaque
   `#_7` that shifts when a heading is added. Each Chinese heading carries its English twin's
   id instead, so a link to a section works in both languages.
+* Charts: where a chart has a Chinese drawing (`x.zh.png` beside `x.png`), the Chinese page
+  shows it, and it is a drawing of its own, not a copy of the English file.
 """
 
 from __future__ import annotations
@@ -120,6 +122,23 @@ def test_headings_have_their_english_twins_ids(page):
     pairs = zip(english, chinese, strict=True)
     different = [f"{zh!r} (English: {en!r})" for en, zh in pairs if en != zh]
     assert not different, f"{page.name}: give these headings their twin's id, {{#...}}: {different}"
+
+
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
+
+
+@pytest.mark.parametrize("page", ZH_PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_chinese_pages_show_the_chinese_charts(page):
+    problems = []
+    for target in IMAGE.findall(page.read_text()):
+        image = page.parent / target
+        chinese = image.with_name(image.name.replace(".zh.png", ".png").replace(".png", ".zh.png"))
+        english = chinese.with_name(chinese.name.replace(".zh.png", ".png"))
+        if chinese.exists() and image != chinese:
+            problems.append(f"{target}: use {chinese.name}")
+        if chinese.exists() and english.exists() and chinese.read_bytes() == english.read_bytes():
+            problems.append(f"{chinese.name} is a copy of {english.name}: draw it in Chinese")
+    assert not problems, f"{page.name}: " + "; ".join(problems)
 
 
 def test_the_checks_catch_what_they_look_for(tmp_path):
