@@ -419,8 +419,14 @@ def test_a_rank_killed_in_a_gloo_collective_is_named_not_the_survivor(pool, tmp_
 
 @pytest.mark.timeout(180)
 def test_a_death_just_after_a_peer_raised_is_what_is_reported(pool):
-    """The survivor's error reaches the driver 0.5 s before the death: the death is named."""
+    """The survivor's error reaches the driver 0.5 s before the death: the death is named.
+
+    What is tested is which rank is named once both outcomes are in, not how long the grace
+    window is: on a loaded machine Ray can take longer than the default 2 s to report the
+    death, so the window is widened here (the wait ends as soon as every rank has answered).
+    """
     wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Accumulator), name_prefix="late")
+    wg.DEATH_GRACE_S = 120.0
     wg.identity()  # both processes are up: the two outcomes are 0.5 s apart, not a start-up
     with pytest.raises(WorkerDiedError) as failure:
         wg.survivor_reports_first(0.5)
