@@ -28,6 +28,7 @@ from verl.single_controller.ray.base import (
     RayWorkerGroup,
     ResourcePoolManager,
     get_master_addr_port,
+    merge_resource_pool,
 )
 
 from tests.upstream.backend import Hung, time_limit
@@ -183,6 +184,21 @@ def test_verl_calls_split_resource_pool_but_never_merge():
         "verl/experimental/reward_loop/reward_model.py",
         "verl/experimental/teacher_loop/teacher_model.py",
     }
+
+
+def test_verl_group_on_unequal_pools_takes_the_first_pools_shape():
+    """resource-pools.md, "Merging and splitting pools": veRL starts ``store[0]`` ranks on every
+    placement group, so a merge of unequal shapes fails or starts too few ranks."""
+    a, b = (RayResourcePool([n], use_gpu=False, max_colocate_count=1) for n in (2, 1))
+    with pytest.raises(AssertionError):  # 2 ranks asked of the 1-bundle group
+        RayWorkerGroup(merge_resource_pool(a, b), RayClassWithInitArgs(cls=ray.remote(Local)))
+    for pg in a.get_placement_groups() + b.get_placement_groups():
+        remove_placement_group(pg)  # and with them the ranks started before the assertion
+    a, b = (RayResourcePool([n], use_gpu=False, max_colocate_count=1) for n in (1, 2))
+    group = RayWorkerGroup(merge_resource_pool(a, b), RayClassWithInitArgs(cls=ray.remote(Local)))
+    assert (group.world_size, len(group.workers)) == (3, 2)  # told WORLD_SIZE=3, two started
+    for pg in a.get_placement_groups() + b.get_placement_groups():
+        remove_placement_group(pg)
 
 
 def test_verl_placement_groups_of_two_entries_can_share_a_node():
