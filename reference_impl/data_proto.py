@@ -79,7 +79,6 @@ class DataProtoItem:
 
     ``batch`` is a TensorDict with ``batch_size == []`` (each tensor loses its first dim),
     ``non_tensor_batch`` maps each key to that row's element, ``meta_info`` is shared.
-    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     batch: TensorDict | None = None
@@ -101,8 +100,6 @@ class DataProto:
     Raises:
         TypeError: ``batch`` is not a TensorDict, or a non_tensor_batch value is not an ndarray.
         ValueError: the first dimensions disagree (the message names the key and both sizes).
-
-    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     batch: TensorDict | None = None
@@ -207,7 +204,7 @@ class DataProto:
 
         Raises ValueError if the tensors' first dimensions differ (names both keys and sizes)
         or a tensor is 0-dimensional; see ``check_consistency`` for the non-tensors.
-        Follows ``verl/protocol.py`` in veRL 0.9.1 (without ``num_batch_dims``).
+        veRL's ``num_batch_dims`` has no counterpart here.
         """
         tensors = tensors or {}
         meta_info = dict(meta_info or {})
@@ -243,7 +240,6 @@ class DataProto:
         """Like ``from_dict``, but one dict: tensors go to ``batch``, ndarrays to non_tensor_batch.
 
         Raises TypeError for any other value type (veRL raises ValueError here).
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         tensors, non_tensors = {}, {}
         for key, val in data.items():
@@ -269,7 +265,7 @@ class DataProto:
         Without ``deepcopy`` the result shares tensors, arrays and meta values with ``self``
         (new dicts, same data). With ``deepcopy=True`` everything is copied, the tensors too.
         Missing ``batch_keys`` raise KeyError; missing non-tensor and meta keys are skipped,
-        as in veRL. Follows ``verl/protocol.py`` in veRL 0.9.1.
+        as in veRL.
         """
         batch = self.batch
         if batch_keys is not None:
@@ -302,7 +298,6 @@ class DataProto:
         """Remove the given keys from ``self`` and return them as a new DataProto.
 
         Raises KeyError (before removing anything) if a key is missing.
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         batch_keys = batch_keys or []
         non_tensor_batch_keys = non_tensor_batch_keys or []
@@ -329,7 +324,7 @@ class DataProto:
         compare element by element; NaN equals NaN outside tensors, as in veRL). Nothing is
         merged if any check fails.
         Raises ValueError naming the part and key on a conflict, or both sizes if the batch
-        sizes differ. Follows ``verl/protocol.py`` in veRL 0.9.1.
+        sizes differ.
         """
         if _has_rows(self) and _has_rows(other) and len(self) != len(other):
             raise ValueError(f"cannot union batches of size {len(self)} and {len(other)}")
@@ -363,7 +358,6 @@ class DataProto:
           copied (``self.select_idxs``).
 
         meta_info is shared with ``self``. Raises TypeError for other index types.
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if isinstance(item, slice):
             return self.slice(item.start, item.stop, item.step)
@@ -380,10 +374,7 @@ class DataProto:
         )
 
     def slice(self, start=None, end=None, step=None) -> DataProto:
-        """Rows ``start:end:step`` (views, not copies).
-
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
-        """
+        """Rows ``start:end:step`` (views, not copies)."""
         rows = slice(start, end, step)
         return DataProto(
             batch=self.batch[rows] if self.batch is not None else None,
@@ -394,7 +385,7 @@ class DataProto:
     def select_idxs(self, idxs) -> DataProto:
         """Rows at 1-D integer indices or a boolean mask of length ``len(self)``.
 
-        Raises IndexError for a non 1-D index. Follows ``verl/protocol.py`` in veRL 0.9.1.
+        Raises IndexError for a non 1-D index.
         """
         if isinstance(idxs, torch.Tensor):
             idxs = idxs.detach().cpu().numpy()
@@ -415,7 +406,6 @@ class DataProto:
         Each part is a view and shares ``meta_info``. Raises ValueError if ``chunks < 1`` and
         BatchSplitError if ``len(self) % chunks != 0``. Unlike veRL, chunk never makes unequal
         parts, even with auto padding on: the worker group pads before it chunks.
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
         """
         if chunks < 1:
             raise ValueError(f"chunks must be >= 1, got {chunks}")
@@ -432,7 +422,7 @@ class DataProto:
     def split(self, split_size: int) -> list[DataProto]:
         """Cut into parts of ``split_size`` rows; the last may be shorter (like torch.split).
 
-        Raises ValueError if ``split_size < 1``. Follows ``verl/protocol.py`` in veRL 0.9.1.
+        Raises ValueError if ``split_size < 1``.
         """
         if split_size < 1:
             raise ValueError(f"split_size must be >= 1, got {split_size}")
@@ -477,7 +467,7 @@ class DataProto:
 
         ``interleave=True``: rows ``[a, b]`` become ``[a, a, b, b]``, so the n samples of one
         prompt are adjacent (GRPO groups). ``interleave=False``: ``[a, b, a, b]`` (tile).
-        The result is a copy. Follows ``verl/protocol.py`` in veRL 0.9.1.
+        The result is a copy.
         """
         rows = np.arange(len(self))
         order = np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times)
@@ -498,10 +488,7 @@ class DataProto:
         return by_env or bool(self.meta_info.get(AUTO_PADDING_KEY, False))
 
     def to(self, device: torch.device | str) -> DataProto:
-        """Move ``batch`` to ``device`` in place and return ``self`` (numpy data stays on CPU).
-
-        Follows ``verl/protocol.py`` in veRL 0.9.1.
-        """
+        """Move ``batch`` to ``device`` in place and return ``self`` (numpy data stays on CPU)."""
         if self.batch is not None:
             self.batch = self.batch.to(device)
         return self
@@ -528,7 +515,7 @@ def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataPr
     The padding rows repeat rows from the start (0, 1, 2, ..., wrapping around if more
     padding than rows is needed), so they are valid inputs for any model.
     Returns ``(padded, pad_size)``; ``padded is data`` when ``pad_size == 0``. Raises
-    ValueError if ``size_divisor < 1``. Follows ``verl/protocol.py`` in veRL 0.9.1.
+    ValueError if ``size_divisor < 1``.
     """
     if size_divisor < 1:
         raise ValueError(f"size_divisor must be >= 1, got {size_divisor}")
@@ -543,7 +530,6 @@ def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
     """Drop the last ``pad_size`` rows, undoing ``pad_dataproto_to_divisor``.
 
     Raises ValueError if ``pad_size`` is negative or larger than ``len(data)``.
-    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
     if not 0 <= pad_size <= len(data):
         raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
@@ -587,8 +573,6 @@ class DataProtoFuture:
     (``dispatch_fn``, None for all of it). The driver passes a future on to the next
     worker-group call without waiting; only the worker calls ``get()``, so the data moves
     from the producing workers straight to the consuming ones.
-
-    Follows ``verl/protocol.py`` in veRL 0.9.1.
     """
 
     collect_fn: Callable[[list[DataProto]], DataProto]

@@ -470,7 +470,9 @@ def test_future_chunk_error_surfaces_at_get(ray_local):
 
 
 def test_padding_switched_on_for_every_batch_by_veRLs_environment_variable(monkeypatch):
-    monkeypatch.setenv("VERL_AUTO_PADDING", "1")
-    assert make(2).is_padding_enabled()
-    monkeypatch.setenv("VERL_AUTO_PADDING", "false")
-    assert not make(2).is_padding_enabled()
+    for on in ("1", "true", "TRUE"):  # veRL compares the upper-cased value with TRUE and 1
+        monkeypatch.setenv("VERL_AUTO_PADDING", on)
+        assert make(2).is_padding_enabled(), on
+    for off in ("false", "0", "yes"):
+        monkeypatch.setenv("VERL_AUTO_PADDING", off)
+        assert not make(2).is_padding_enabled(), off

@@ -77,11 +77,6 @@ TROUBLESHOOTING_IDS = [
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
 
-@pytest.fixture(scope="module")
-def seed_ids() -> list[str]:
-    return SEED_IDS
-
-
 def test_the_kept_ids_match_the_seed_questions():
     if not SEED_QUESTIONS.exists():
         pytest.skip(f"{SEED_QUESTIONS} is not here (a clean clone has no ../shared/)")
@@ -132,10 +127,10 @@ def test_question_ids_are_unique_and_never_clash():
 
 
 @pytest.mark.parametrize("lang", FAQ)
-def test_one_section_per_question_in_order(lang, seed_ids):
+def test_one_section_per_question_in_order(lang):
     """The seed questions first, in their order, then the troubleshooting questions."""
     page = FAQ[lang]
-    questions = seed_ids + TROUBLESHOOTING_IDS
+    questions = SEED_IDS + TROUBLESHOOTING_IDS
     ids = [m["id"] for m in HEADING.finditer(prose(page)) if m["id"]]
     assert ids == [anchor_of(q) for q in questions], f"{page.name}: explicit ids {ids}"
     for question, text in zip(questions, sections(page).values(), strict=True):
