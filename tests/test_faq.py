@@ -73,6 +73,7 @@ TROUBLESHOOTING_IDS = [
     "T10-hang-with-every-actor-alive",
     "T11-gpu-memory-after-a-crash",
     "T12-env-var-not-in-workers",
+    "T13-repeated-across-cluster",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
