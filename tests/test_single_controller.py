@@ -205,6 +205,10 @@ class Accumulator(Worker):
         }
 
     @register(Dispatch.ONE_TO_ALL)
+    def env(self, name):
+        return os.environ.get(name)
+
+    @register(Dispatch.ONE_TO_ALL)
     def die_on_rank_one(self):
         if self.rank == 1:
             os._exit(1)
@@ -521,6 +525,22 @@ def test_colocated_roles_share_one_actor_per_bundle(pool):
 def test_spawn_refuses_a_group_that_is_not_colocated(shared):
     with pytest.raises(ValueError, match=r"spawn\(\) needs a group built from create_colocated"):
         shared.spawn(["actor"])
+
+
+def test_spawn_refuses_a_role_the_colocated_class_does_not_have(pool):
+    cls = create_colocated_worker_cls({"actor": RayClassWithInitArgs(Actor)})
+    colocated = RayWorkerGroup(pool((1,)), cls)
+    with pytest.raises(
+        ValueError, match=r"roles \['critic'\] are not in .* \(it has \['actor'\]\)"
+    ):
+        colocated.spawn(["actor", "critic"])
+
+
+def test_worker_env_reaches_every_rank_and_may_not_set_a_rank_variable(pool):
+    wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Accumulator), worker_env={"MY_FLAG": "on"})
+    assert wg.env("MY_FLAG") == ["on", "on"]
+    with pytest.raises(ValueError, match=r"worker_env may not set \['RANK'\]"):
+        RayWorkerGroup(pool((1,)), RayClassWithInitArgs(Accumulator), worker_env={"RANK": "5"})
 
 
 def test_fractional_sharing_puts_rank_i_of_both_groups_in_bundle_i(pool):
