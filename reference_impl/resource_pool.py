@@ -272,7 +272,10 @@ def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResour
 
     Both pools are placed (if not yet) and keep their placement groups; a
     group created on the merged pool has ``rp1.world_size + rp2.world_size``
-    ranks, and groups on ``rp1`` or ``rp2`` still share those bundles.
+    ranks, and groups on ``rp1`` or ``rp2`` still share those bundles. veRL 0.9.1
+    gives every placement group the first one's count instead, so there the sum holds
+    only for pools of equal shape (docs/verl/resource-pools.md, "Merging and splitting
+    pools").
 
     Raises:
         ResourcePoolError: if the pools differ in ``use_gpu`` or ``max_colocate_count``.
