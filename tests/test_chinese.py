@@ -8,9 +8,6 @@
   Code (fenced blocks, inline code) is not prose. A variant in full-width parentheses right
   after the fixed spelling, the way a first mention glosses a term (自动扩缩容器（autoscaler）),
   is allowed.
-* Anchors: a heading's id comes from its Latin letters, so a Chinese heading gets an opaque
-  `#_7` that shifts when a heading is added. Each Chinese heading carries its English twin's
-  id instead, so a link to a section works in both languages.
 * Charts: a Chinese page links `img/x.png` like its twin, and the site's i18n plugin serves
   `x.zh.png` where one exists (else, by fallback, the English file). A `x.zh.png` must then
   be a drawing of its own, not a byte copy of the English chart.
@@ -48,19 +45,6 @@ def rendered(page: Path) -> str:
     extensions, configs = site_markdown()
     text = markdown.markdown(page.read_text(), extensions=extensions, extension_configs=configs)
     return CODE.sub(" ", text)
-
-
-def heading_ids(page: Path) -> list[str]:
-    """The id of each heading below the title, in page order, as the site renders them."""
-    extensions, configs = site_markdown()
-    md = markdown.Markdown(extensions=extensions, extension_configs=configs)
-    md.convert(page.read_text())
-    ids, stack = [], list(reversed(md.toc_tokens))
-    while stack:
-        token = stack.pop()
-        ids.append(token["id"])
-        stack += reversed(token["children"])
-    return ids[1:]  # the title's id is never linked to
 
 
 def prose(page: Path) -> str:
@@ -115,16 +99,6 @@ def test_glossary_terms_are_written_one_way(page):
     assert not found, f"{page.name}: " + "; ".join(found)
 
 
-@pytest.mark.parametrize("page", ZH_PAGES, ids=lambda p: str(p.relative_to(DOCS)))
-def test_headings_have_their_english_twins_ids(page):
-    english = heading_ids(page.with_name(page.name.replace(".zh.md", ".md")))
-    chinese = heading_ids(page)
-    assert len(english) == len(chinese), f"{page.name}: {len(chinese)} vs {len(english)} headings"
-    pairs = zip(english, chinese, strict=True)
-    different = [f"{zh!r} (English: {en!r})" for en, zh in pairs if en != zh]
-    assert not different, f"{page.name}: give these headings their twin's id, {{#...}}: {different}"
-
-
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 
 
@@ -153,5 +127,3 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
         if variant_pattern(fixed, variant).search(prose(page))
     ]
     assert sorted(hits) == sorted(["worker group", "Worker group", "头结点"])
-    page.write_text("# 标题\n\n## 复现\n\n## 解决 {#fix}\n")
-    assert heading_ids(page) == ["_2", "fix"]  # the title took "_1"

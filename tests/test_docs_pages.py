@@ -9,6 +9,7 @@ an attribute-laden info string) fails here instead of going unchecked.
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -29,9 +30,15 @@ def rel(page: Path) -> str:
     return str(page.relative_to(DOCS))
 
 
+@functools.cache
+def site_config():
+    """mkdocs.yml, read once: its Markdown extensions are what a reader's page is rendered with."""
+    return load_config(str(REPO / "mkdocs.yml"))
+
+
 @pytest.fixture(scope="module")
 def renderer():
-    config = load_config(str(REPO / "mkdocs.yml"))
+    config = site_config()
     return lambda text: markdown.markdown(
         text, extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"]
     )
@@ -66,13 +73,24 @@ def test_chinese_page_has_an_english_twin(page):
     assert twin(page).exists(), f"{rel(page)} has no English twin {rel(twin(page))}"
 
 
-def headings(page: Path) -> list[tuple[int, str | None]]:
-    """(level, explicit id) of each heading, outside code blocks."""
-    text = re.sub(r"^(\s*)(```|~~~).*?^\1\2\s*$", "", page.read_text("utf-8"), flags=re.M | re.S)
-    return [
-        (len(m["hashes"]), m["id"])
-        for m in re.finditer(r"^(?P<hashes>#{1,6}) .*?(?:\{#(?P<id>[^}]+)\})?\s*$", text, re.M)
-    ]
+def headings(text: str) -> list[tuple[int, str]]:
+    """(level, id) of each heading below the page's title, the id as the site renders it.
+
+    An id comes from a heading's Latin letters, so a Chinese heading without an explicit id
+    gets an opaque ``#_7``: comparing rendered ids makes each Chinese heading carry its
+    English twin's, and a link to a section work in both languages.
+    """
+    config = site_config()
+    md = markdown.Markdown(
+        extensions=config["markdown_extensions"], extension_configs=config["mdx_configs"]
+    )
+    md.convert(text)
+    found, stack = [], list(reversed(md.toc_tokens))
+    while stack:
+        token = stack.pop()
+        found.append((token["level"], token["id"]))
+        stack += reversed(token["children"])
+    return found[1:]  # the title's id is never linked to
 
 
 def link_targets(page: Path) -> list[str]:
@@ -97,8 +115,16 @@ def test_both_languages_have_the_same_code_headings_and_links(page):
     zh = twin(page)
     mismatches = block_mismatches(blocks_of(page), blocks_of(zh))
     assert not mismatches, f"{rel(zh)} against {rel(page)}:\n" + "\n".join(mismatches)
-    assert headings(zh) == headings(page), "heading levels or explicit ids differ"
+    assert headings(zh.read_text("utf-8")) == headings(page.read_text("utf-8")), (
+        "heading levels or ids differ: give each Chinese heading its twin's id, {#...}"
+    )
     assert sorted(link_targets(zh)) == sorted(link_targets(page)), "link targets differ"
+
+
+def test_a_chinese_heading_without_its_twins_id_differs():
+    english = headings("# Title\n\n## Reproduce it\n\n## Fix {#fix}\n")
+    assert english == [(2, "reproduce-it"), (2, "fix")]
+    assert headings("# 标题\n\n## 复现\n\n## 解决 {#fix}\n") == [(2, "_2"), (2, "fix")]
 
 
 def block(kind: str, language: str, source: str) -> Block:
