@@ -1,7 +1,8 @@
 """Every GPU figure that the RLHF chapter publishes is in the files of the run that measured it.
 
-The GPU section of ``docs/rlhf/index.md`` (and its Chinese twin) reports two runs on one
-H200; their own output is committed under ``benchmarks/results/gpu-2026-11-26-nvidia-h200/``
+The GPU section of ``docs/rlhf/index.md`` (and its Chinese twin) reports runs on one
+H200 (``README.md`` there says which is which); their own output is committed under
+``benchmarks/results/gpu-2026-11-26-nvidia-h200/``
 (``tools/gpu_kit/run.sh``'s ``summary.json``, ``benchmarks/rlhf_gpu.py``'s
 ``learning.json``, ``metrics.jsonl`` and ``benchmarks/rlhf_gpu_costs.py``'s log). This
 test formats each figure from those files as the page prints it and looks for it in both
@@ -35,10 +36,17 @@ def last_score(metrics: Path) -> float:
     return rows[-1]["critic/score/mean"]
 
 
-def figures() -> list[str]:
+def curve(run: dict) -> list[float]:
+    """``critic/score/mean`` per RL step of one learning run's figures."""
+    return [score for _, score in run["curve"]]
+
+
+def figures(chinese: bool) -> list[str]:
     """Each published figure, formatted from the run files as the page writes it."""
     run1 = json.loads((RESULTS / "run1-kit" / "summary.json").read_text())
     run2 = json.loads((RESULTS / "run2-lr3e-5" / "learning.json").read_text())
+    run4 = json.loads((RESULTS / "run4-kit" / "summary.json").read_text())
+    run5 = json.loads((RESULTS / "run5-learning-375s" / "learning.json").read_text())
     costs = (RESULTS / "run2-lr3e-5" / "costs.log").read_text()
     rollout_log = (RESULTS / "run1-kit" / "rollout.log").read_text()
     versions, checks = run1["versions"], run1["checks"]
@@ -52,11 +60,12 @@ def figures() -> list[str]:
         f"tensordict {versions['tensordict']}",
         run1["date"][:10],
         f"{checks['smoke']['wall_s']} s",
+        f"{run4['checks']['smoke']['wall_s']} s",
         f"{checks['rollout']['ratio']:.2f}×",
     ]
     docs = re.search(
-        r"gpu-only python blocks: (\d+) passed.*?(\d+) passed in ([\d.]+)s",
-        (RESULTS / "run1-kit" / "docs.log").read_text(),
+        r"gpu-only python blocks: (\d+) passed.*?=+ (\d+) passed.*? in ([\d.]+)s",
+        (RESULTS / "run4-kit" / "docs.log").read_text(),
         re.S,
     )
     found += [f"{docs.group(1)} ", f"{docs.group(2)} ", f"{float(docs.group(3)):.1f} s"]
@@ -65,6 +74,8 @@ def figures() -> list[str]:
     for run, log in (
         (checks["learning"]["learning"], RESULTS / "run1-kit"),
         (run2["learning"], RESULTS / "run2-lr3e-5"),
+        (run4["checks"]["learning"]["learning"], RESULTS / "run4-kit"),
+        (run5["learning"], RESULTS / "run5-learning-375s"),
     ):
         found += [
             f"| {run['steps']} ",
@@ -76,6 +87,14 @@ def figures() -> list[str]:
             f"{run['median_step_s']:.2f} s",
             f"{run['median_mfu_actor']:.2%}",
         ]
+    # Run 5's plateau, as the text gives it: the best 5-step window and the 10-step means
+    # after step 50.
+    scores = curve(run5["learning"])
+    means = [sum(scores[i : i + 5]) / 5 for i in range(len(scores) - 4)]
+    best = means.index(max(means))
+    found.append(f"{best + 1} {'到' if chinese else 'to'} {best + 5}")
+    tens = [sum(scores[i : i + 10]) / len(scores[i : i + 10]) for i in range(50, len(scores), 10)]
+    found += [f"{min(tens):.2f}", f"{max(tens):.2f}"]
     shares = checks["learning"]["learning"]["timing_share"]
     found += [
         f"`{k}` {shares[k]:.0%}"
@@ -102,11 +121,23 @@ def figures() -> list[str]:
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_every_gpu_figure_on_the_page_is_in_the_run_files(page):
     section = gpu_section(page)
-    missing = [figure for figure in figures() if figure not in section]
+    missing = [figure for figure in figures(page.name.endswith(".zh.md")) if figure not in section]
     assert not missing, f"{page.name}: figures not found in the GPU section: {missing}"
 
 
-RUN3 = RESULTS / "run3-docs"
+def test_the_runs_at_one_learning_rate_share_one_curve():
+    """The page says runs 2, 4 and 5 (``actor_lr=3e-5``, one seed) logged the same score at
+    every step they share, so that run 5's chart stands for all three."""
+    run2 = json.loads((RESULTS / "run2-lr3e-5" / "learning.json").read_text())["learning"]
+    run4 = json.loads((RESULTS / "run4-kit" / "summary.json").read_text())
+    run5 = json.loads((RESULTS / "run5-learning-375s" / "learning.json").read_text())["learning"]
+    longest = curve(run5)
+    for shorter in (curve(run2), curve(run4["checks"]["learning"]["learning"])):
+        assert shorter == longest[: len(shorter)]
+
+
+# The latest record of the GPU-only blocks' outputs: the kit's docs check of run 4.
+RECORD = RESULTS / "run4-kit"
 
 
 def gpu_outputs(page: Path) -> list[str]:
@@ -130,13 +161,13 @@ GPU_OUTPUT_PAGES = sorted(p for p in (REPO / "docs").rglob("*.md") if gpu_output
 def test_what_a_gpu_block_printed_was_printed_on_a_gpu(page):
     """CI has no GPU, so an ``output`` block after a ``gpu`` block is never compared there.
 
-    ``run3-docs/gpu-outputs.json`` holds each such block's text as it stood when the kit's
-    docs check passed it on the H200 (its item is ``PASSED`` in ``run3-docs/docs.log``).
+    ``run4-kit/gpu-outputs.json`` holds each such block's text as it stood when the kit's
+    docs check passed it on the H200 (its item is ``PASSED`` in ``run4-kit/docs.log``).
     Changing that text, or adding such a block, needs a GPU run (``tools/gpu_kit/run.sh``)
     and a new record. The Chinese twin shows the same text (tests/test_docs_pages.py).
     """
-    record = json.loads((RUN3 / "gpu-outputs.json").read_text())
-    log = (RUN3 / "docs.log").read_text()
+    record = json.loads((RECORD / "gpu-outputs.json").read_text())
+    log = (RECORD / "docs.log").read_text()
     for row in record:
         assert f"{row['item']} PASSED" in log, f"{row['item']} did not pass in docs.log"
     english = page.with_name(page.name.replace(".zh.md", ".md"))
