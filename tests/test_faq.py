@@ -74,6 +74,7 @@ TROUBLESHOOTING_IDS = [
     "T11-gpu-memory-after-a-crash",
     "T12-env-var-not-in-workers",
     "T13-repeated-across-cluster",
+    "T14-debugger-in-a-worker",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
