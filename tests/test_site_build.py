@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -215,6 +216,31 @@ def test_llms_txt_lists_every_page_of_the_language_once(site, lang):
     if lang == "zh":
         assert all("/zh/" in url for url in listed)
         assert "：" in text or "。" in text  # the lines are the Chinese pages' own sentences
+
+
+def test_each_page_describes_itself_in_its_own_language(site):
+    """Each page's <meta name="description"> is its own first sentence, not the site's."""
+    site_description = {}
+    pages = [p for p in site.rglob("index.html") if p.parent.name not in ("404", "search")]
+    described = {}
+    for page in pages:
+        html = page.read_text("utf-8")
+        match = re.search(r'<meta name="description" content="([^"]*)"', html)
+        assert match, f"{page.relative_to(site)}: no meta description"
+        described[page] = unescape(match.group(1))
+    for lang, root in (("en", site), ("zh", site / "zh")):
+        site_description[lang] = described[root / "index.html"]
+    own = [p for p in pages if p.parent not in (site, site / "zh")]
+    same = [p for p in own if described[p] in site_description.values()]
+    assert len(same) < len(own) // 10, f"pages described as the site: {same}"
+    chinese = [p for p in own if p.relative_to(site).parts[0] == "zh"]
+    english = [p for p in own if p.relative_to(site).parts[0] != "zh"]
+    assert all(re.search(r"[\u4e00-\u9fff]", described[p]) for p in chinese)
+    assert not any(re.search(r"[\u4e00-\u9fff]", described[p]) for p in english)
+    debugging = site / "troubleshooting" / "debugging" / "index.html"
+    assert described[debugging].startswith("A `breakpoint()` in the driver") or described[
+        debugging
+    ].startswith("A breakpoint() in the driver")
 
 
 class Outline(HTMLParser):

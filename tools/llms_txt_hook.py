@@ -1,14 +1,20 @@
-"""MkDocs hook: ``llms.txt`` for each language, the site's pages one line each, for assistants.
+"""MkDocs hook: each page's one-line summary, in ``llms.txt`` and in the page's ``<meta>``.
 
 Follows the format proposed at https://llmstxt.org: an H1 with the site's name, a quoted
 summary, then one H2 per chapter of the navigation with a list of ``- [title](url): line``.
 The line is the first sentence of the page's first paragraph. English goes to
 ``site/llms.txt``, Chinese to ``site/zh/llms.txt``; each is rebuilt from the pages at every
-build, so a page added to ``nav`` is listed at once. ``tests/test_llms_txt.py`` checks it.
+build, so a page added to ``nav`` is listed at once.
+
+The same line is the page's ``<meta name="description">`` (Material's template reads
+``page.meta["description"]``), so that a search result for an error message shows what the
+page is about rather than the site's description. A page's own front matter wins.
+``tests/test_site_build.py`` checks both.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -57,8 +63,20 @@ def on_nav(nav, config, files, **kwargs):
     return nav
 
 
+def prose_of(markdown: str, page) -> str:
+    """The page's Markdown; for a notebook page (its source is the .ipynb's JSON), the text
+    of its Markdown cells."""
+    if not page.file.src_uri.endswith(".ipynb"):
+        return markdown
+    cells = json.loads(markdown)["cells"]
+    return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
 def on_page_markdown(markdown: str, page, **kwargs) -> str:
-    PAGES[page.url] = {"title": page.title or "", "line": first_sentence(markdown)}
+    line = first_sentence(prose_of(markdown, page))
+    PAGES[page.url] = {"title": page.title or "", "line": line}
+    if line:
+        page.meta.setdefault("description", line)
     return markdown
 
 
