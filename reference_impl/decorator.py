@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import inspect
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -289,6 +290,10 @@ def register(
         materialize_futures: resolve ``DataProtoFuture`` arguments inside the
             worker before the method runs.
 
+    An ``async def`` method stays a coroutine function, so Ray makes its actor an async
+    actor and awaits each call (veRL: ``verl/single_controller/base/decorator.py``,
+    ``register``).
+
     Raises:
         DispatchError: at decoration time, for an unknown dispatch mode.
         TypeError: for an execute mode that is not an :class:`Execute`.
@@ -306,6 +311,17 @@ def register(
                 args, kwargs = _materialize(args, kwargs)
             return method(self, *args, **kwargs)
 
+        # An ``async def`` method keeps a coroutine wrapper: Ray runs an actor with one as an
+        # async actor and awaits the call, where a plain wrapper would hand back an
+        # un-awaited coroutine (veRL's register makes the same choice).
+        @functools.wraps(method)
+        async def async_wrapper(self, *args, **kwargs):
+            if materialize_futures:
+                args, kwargs = _materialize(args, kwargs)
+            return await method(self, *args, **kwargs)
+
+        if inspect.iscoroutinefunction(method):
+            wrapper = async_wrapper
         wrapper.registration = Registration(dispatch_mode, execute_mode, blocking)
         return wrapper
 

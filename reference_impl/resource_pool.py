@@ -249,7 +249,9 @@ class RayResourcePool:
 class _PoolOfSlots(RayResourcePool):
     """A pool over slots that other pools placed (merge, split): same bundles, nothing new.
 
-    ``process_on_nodes`` is the slots' count per placement group, in their order.
+    ``process_on_nodes`` is the slots' count per placement group, in their order. It owns
+    none of them, so :meth:`release` refuses: removing them would also end the groups of
+    the pools it was made from (and of the other parts of a split), behind their back.
     """
 
     def __init__(self, slots: list[BundleSlot], like: RayResourcePool, name_prefix: str) -> None:
@@ -265,6 +267,19 @@ class _PoolOfSlots(RayResourcePool):
             placement_timeout_s=like.placement_timeout_s,
         )
         self._slots = list(slots)
+
+    def release(self) -> None:
+        """Refuse: the placement groups belong to the pools this one was made from.
+
+        Raises:
+            ResourcePoolError: always; release the pools given to ``merge_resource_pool``
+                or ``split_resource_pool`` instead.
+        """
+        raise ResourcePoolError(
+            f"pool {self.name_prefix!r} was made by merge_resource_pool or "
+            "split_resource_pool and does not own its placement groups: release the "
+            "pools it was made from instead (that ends the groups on this one too)"
+        )
 
 
 def merge_resource_pool(rp1: RayResourcePool, rp2: RayResourcePool) -> RayResourcePool:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,14 @@ class Accumulator(Worker):
     def placement(self):
         return where_am_i()
 
+    @register(Dispatch.DP_COMPUTE_METRIC, materialize_futures=False)
+    def argument_kind(self, data):
+        return type(data).__name__
+
+    @register(Dispatch.DP_COMPUTE_METRIC)
+    def argument_kind_materialized(self, data):
+        return type(data).__name__
+
     @register(Dispatch.ONE_TO_ALL)
     def identity(self):
         return {
@@ -346,6 +355,68 @@ def test_unknown_dispatch_mode_fails_at_decoration():
         register({"dispatch_fn": collect_all_to_all})
 
 
+def test_materialize_futures_false_hands_the_method_the_future_itself(shared):
+    future = shared.double_async(batch(4))
+    assert shared.argument_kind_materialized(future) == ["DataProto", "DataProto"]
+    assert shared.argument_kind(future) == ["DataProtoFuture", "DataProtoFuture"]
+
+
+class Waiter(Worker):
+    """A worker whose method returns only once two calls of it run at the same time."""
+
+    def __init__(self):
+        super().__init__()
+        self.both_in = threading.Barrier(2, timeout=30)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def meet(self):
+        self.both_in.wait()  # BrokenBarrierError after 30 s if the calls run one by one
+        return self.rank
+
+
+def test_update_options_reaches_every_actor(pool):
+    cia = RayClassWithInitArgs(Waiter)
+    cia.update_options({"max_concurrency": 2})  # the default, 1, runs the calls one by one
+    wg = RayWorkerGroup(pool((2,)), cia)
+    with ThreadPoolExecutor(2) as driver_threads:  # two group calls at once
+        first, second = driver_threads.map(lambda _: wg.meet(), range(2))
+    assert first == second == [0, 1]
+
+
+class Sleeper(Worker):
+    @register(Dispatch.ONE_TO_ALL)
+    async def nap_and_report(self, seconds):
+        import asyncio
+
+        await asyncio.sleep(seconds)
+        return self.rank
+
+
+def test_an_async_worker_method_is_awaited_in_the_worker(pool):
+    wg = RayWorkerGroup(pool((2,)), RayClassWithInitArgs(Sleeper))
+    assert wg.nap_and_report(0.01) == [0, 1]
+
+
+def test_a_detached_pool_starts_detached_actors(pool):
+    from ray._private.state import actors  # the public state API needs the dashboard
+
+    for detached in (False, True):
+        wg = RayWorkerGroup(pool((1,), detached=detached), RayClassWithInitArgs(Accumulator))
+        assert [actors(w._actor_id.hex())["IsDetached"] for w in wg.workers] == [detached]
+
+
+def test_bin_pack_false_reserves_pack_placement_groups(pool):
+    from ray.util.placement_group import placement_group_table
+
+    packed, spread = pool((2,)), pool((2,))
+    RayWorkerGroup(packed, RayClassWithInitArgs(Accumulator))
+    RayWorkerGroup(spread, RayClassWithInitArgs(Accumulator), bin_pack=False)
+    strategies = [
+        placement_group_table(p.get_placement_groups()[0])["strategy"] for p in (packed, spread)
+    ]
+    assert strategies == ["STRICT_PACK", "PACK"]
+
+
 def test_non_blocking_future_feeds_the_next_call(shared):
     wg = shared
     future = wg.double_async(batch(4))
@@ -486,6 +557,18 @@ def test_merged_pool_spans_both_and_split_pool_cuts(pool):
     assert places == bundle_ids(whole)
     with pytest.raises(ResourcePoolError, match="do not add up"):
         split_resource_pool(pool((2,)), [1, 2])
+
+
+def test_a_merged_or_split_pool_refuses_to_release_what_it_does_not_own(pool):
+    from ray.util.placement_group import placement_group_table
+
+    a, b, whole = pool((1,)), pool((1,)), pool((2,))
+    merged, (left, _) = merge_resource_pool(a, b), split_resource_pool(whole, 1)
+    for view in (merged, left):
+        with pytest.raises(ResourcePoolError, match="release the pools it was made from"):
+            view.release()
+    owners = a.get_placement_groups() + b.get_placement_groups() + whole.get_placement_groups()
+    assert {placement_group_table(pg)["state"] for pg in owners} == {"CREATED"}
 
 
 class Critic(Worker):
