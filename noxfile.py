@@ -8,11 +8,13 @@
     nox -s browser   the built site in headless Chromium (every page, both languages), links
     nox -s upstream  citations of veRL 0.9.1 and Ray 2.60.0 resolve; the veRL chapter on veRL itself
     nox -s upstream_drift   the same against the newest veRL on the package index (report only)
+    nox -s verl_run  veRL 0.9.1's own trainer on the CPU (GRPO, PPO), its actors and calls checked
     nox -s gpu       what needs CUDA: GPU doc blocks, a gpu-preset learning run, MFU, rollout speed
     nox -s gpu_kit   build .gpu-kit/, the wheels a GPU node without a package index needs
     nox -s gpu_kit_test   the kit installs offline on a stock CUDA PyTorch image's packages
 
-Every session installs with the one constraints file, so versions are pinned.
+Every session installs with the one constraints file, so versions are pinned; verl_run alone
+uses constraints-verl-run.txt, veRL's own declared ranges resolved and pinned.
 """
 
 import os
@@ -337,3 +339,49 @@ def gpu_kit_test(session: nox.Session) -> None:
     runs check (a) on the CPU in a network namespace with nothing beyond loopback. CI runs it."""
     session.install(*CONSTRAINTS, "-e", ".[test]", "pip", "wheel", "packaging")
     session.run("pytest", "-m", "kit", "-n", "0", "--durations=5", "tests/test_gpu_kit.py")
+
+
+# veRL 0.9.1's real trainer on this CPU (examples/verl_on_cpu/), in an environment of its own:
+# veRL declares transformers < 5.11 and tensordict <= 0.10, so constraints.txt cannot serve.
+VERL_RUN_CONSTRAINTS = ("-c", "constraints-verl-run.txt")
+VERL_RUN_PACKAGES = (
+    "torch",
+    "verl",
+    "ray[default]",
+    "TransferQueue",
+    "pyzmq",
+    "msgspec",
+    "fastapi",
+    "uvicorn",
+    "cachetools",
+    "psutil",
+    "pytest",
+    "pytest-timeout",
+)
+VERL_RUN_OUT = Path("runs") / "verl_run"
+
+
+@nox.session
+def verl_run(session: nox.Session) -> None:
+    """veRL 0.9.1's own `python -m verl.trainer.main_ppo` on the CPU, run and checked.
+
+    examples/verl_on_cpu/ loads a CPU platform plugin and a CPU stand-in for vLLM into veRL
+    through its own extension points. Two runs, one after the other: GRPO for 3 steps in the
+    default shape for one GPU (veRL's 8 agent-loop workers, 8 reward-loop workers and 8
+    TransferQueue storage units: 29 actors; validation first), then PPO with a critic for 2
+    steps in the small shape. Each writes runs/verl_run/{grpo,ppo}/run.json: an actor and
+    resource snapshot taken inside the run mid-training, the step lines, the calls per actor
+    method from Ray's timeline. Then tests/verl_run/ checks those files; they are collected only
+    here (tests/verl_run/conftest.py). About 5 minutes and 10 GiB on 2 cores.
+    """
+    session.install(*VERL_RUN_CONSTRAINTS, *VERL_RUN_PACKAGES)
+    env = {"OMP_NUM_THREADS": "1", "VERL_RUN_DIR": str(VERL_RUN_OUT.resolve())}
+    run = ("python", "-m", "examples.verl_on_cpu.run")
+    # Exit code 1 is a failed run: the tests then say what differs from the expected run.
+    grpo = ("--algo", "grpo", "--steps", "3", "--out", str(VERL_RUN_OUT / "grpo"))
+    session.run(*run, *grpo, env=env, success_codes=[0, 1])
+    ppo = ("--algo", "ppo", "--steps", "2", "--shape", "small", "--no-validate")
+    session.run(*run, *ppo, "--out", str(VERL_RUN_OUT / "ppo"), env=env, success_codes=[0, 1])
+    # --noconftest: the suite's conftest.py needs the doc-block plugin, not installed here.
+    tests = ("--noconftest", "-o", "addopts=-ra", "tests/verl_run")
+    session.run("pytest", *tests, *session.posargs, env=env)
