@@ -224,3 +224,30 @@ def test_no_process_left_behind(run):
         if temp_dir in " ".join(process.info["cmdline"] or []):
             alive.append(process.info["pid"])
     assert alive == [], f"processes of the run still alive: {alive}"
+
+
+RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run"
+
+
+def test_the_run_matches_the_record_the_chapter_shows(run):
+    """docs/verl/run-layout.md#cpu-run shows the committed record (tests/test_verl_cpu_record.py
+    holds the page to it); this run must have the same actors, the same logical resources held
+    and the same calls, so that the page stays what veRL 0.9.1 does."""
+    record = json.loads((RECORD / f"{run['algo']}.json").read_text())
+
+    def alive(r: dict) -> Counter:
+        return Counter(a["class_name"] for a in r["snapshot"]["actors"] if a["state"] == "ALIVE")
+
+    assert alive(run) == alive(record)
+    for kind in ("CPU", "GPU"):
+        assert run["resources"][kind] == record["resources"][kind], kind
+    # Every actor's creation, and the calls the page tabulates (set-up calls such as
+    # get_config are left out: their number is not what the chapter is about).
+    shown = ("__init__", "generate", "acquire_server", "compute_score", "generate_sequences")
+    shown += ("compute_log_prob", "compute_ref_log_prob", "update_actor", "update_weights")
+    shown += ("critic_infer_batch", "critic_train_mini_batch")
+
+    def tabulated(calls: dict) -> dict:
+        return {name: n for name, n in calls.items() if name.endswith(shown)}
+
+    assert tabulated(run["calls"]) == tabulated(record["calls"])
