@@ -257,7 +257,9 @@ def bench(session: nox.Session) -> None:
     rlhf_generation.py: our rollout against transformers' generate (the gpu preset on a
     CUDA machine); data_plane.py: a batch as payload through the controller against keys
     through real TransferQueue actors, one and two nodes; dataproto_serialization.py:
-    veRL 0.9.1's DataProto serialisation paths against reference_impl's.
+    veRL 0.9.1's DataProto serialisation paths against reference_impl's;
+    dataproto_transfer.py: a DataProto through veRL's and reference_impl's worker groups
+    against raw Ray.
     """
     session.install(*CONSTRAINTS, "-e", ".[rlhf,bench,verl]")
     session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
@@ -270,6 +272,8 @@ def bench(session: nox.Session) -> None:
     session.run("python", "benchmarks/data_plane.py")
     # veRL 0.9.1's DataProto serialisation paths against reference_impl (about 1 min).
     session.run("python", "benchmarks/dataproto_serialization.py")
+    # A DataProto through a 2-rank worker group: veRL's, reference_impl's, raw Ray (about 1 min).
+    session.run("python", "benchmarks/dataproto_transfer.py")
 
 
 @nox.session
