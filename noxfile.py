@@ -18,6 +18,7 @@ uses constraints-verl-run.txt, veRL's own declared ranges resolved and pinned.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -191,6 +192,32 @@ def browser(session: nox.Session) -> None:
 UPSTREAM_TESTS = ("tests/upstream", "docs/verl", "tests/test_notebooks.py", "--backend=verl")
 
 
+def verl_ranges_first(session: nox.Session) -> str:
+    """A constraints file: constraints-verl-run.txt's pins (what the resolver picks within
+    veRL 0.9.1's declared ranges), then constraints.txt's for every other package."""
+
+    def name(line: str) -> str:  # normalised as PEP 503 does: pydantic_core is pydantic-core
+        return re.sub(r"[-_.]+", "-", re.split(r"[=<>\[ ;]", line, maxsplit=1)[0]).lower()
+
+    verl_pins = Path("constraints-verl-run.txt").read_text().splitlines()
+    verl_names = {name(line) for line in verl_pins}
+    ours = [
+        line
+        for line in Path("constraints.txt").read_text().splitlines()
+        if name(line) not in verl_names
+    ]
+    path = Path(session.virtualenv.location) / "constraints-verl-ranges.txt"
+    path.write_text("\n".join(verl_pins + ours) + "\n")
+    return str(path)
+
+
+UPSTREAM_VERSIONS = (
+    "from importlib.metadata import version; "
+    "print('upstream checks on', *(f'{n} {version(n)}' for n in "
+    "('verl', 'ray', 'transformers', 'tensordict', 'TransferQueue')))"
+)
+
+
 @nox.session
 def upstream(session: nox.Session) -> None:
     """The handbook against its upstreams, veRL 0.9.1 and Ray 2.60.0 (tests/upstream/).
@@ -201,8 +228,12 @@ def upstream(session: nox.Session) -> None:
     reference_impl's imports replaced by veRL's (--backend=verl); each block listed in the
     chapter's table of differences must differ there, and its pin test holds against veRL.
     """
-    session.install(*CONSTRAINTS, "-e", ".[test,verl]")
-    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    # veRL's declared ranges win where they constrain a package (tensordict, transformers, ...):
+    # "runs on veRL itself" means the veRL that `pip install verl==0.9.1` gives.
+    constraints = ("-c", verl_ranges_first(session))
+    session.install(*constraints, "-e", ".[test,verl]")
+    session.install(*constraints, *UPSTREAM_FIXTURES)
+    session.run("python", "-c", UPSTREAM_VERSIONS)
     session.run("pytest", "--durations=5", *UPSTREAM_TESTS, *session.posargs)
     # What needs the machine to itself (marker `alone`), one item at a time.
     alone = ("-m", "alone", "-n", "0")
