@@ -334,7 +334,7 @@ def metrics(output_dir: Path) -> list[dict]:
 # (CI runs it after `nox`). GRPO and colocated PPO also run on the docs pages
 # (docs/rlhf/index.md, docs/rlhf/one-step.md), whose outputs list their metrics.
 @pytest.mark.rlhf
-@pytest.mark.parametrize("algo, layout", [("ppo", "separate")])
+@pytest.mark.parametrize("algo, layout", [("ppo", "separate"), ("grpo", "colocated")])
 def test_a_few_steps_report_every_metric(tmp_path, algo, layout):
     run_cli(tmp_path, "--algo", algo, "--layout", layout, "--total-steps", "2", *SHORT)
     rows = metrics(tmp_path)
@@ -345,6 +345,8 @@ def test_a_few_steps_report_every_metric(tmp_path, algo, layout):
         assert not missing, missing
         assert all(math.isfinite(row[n]) for n in names)
         assert 0 <= row["critic/score/mean"] <= 1
+        if algo == "grpo":  # no critic: none of its stages or metrics
+            assert not [n for n in PPO_ONLY if n in row], row
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
