@@ -305,23 +305,25 @@ def register(
         execute_mode = Execute.RANK_ZERO  # data for rank 0 only: only rank 0 runs
 
     def decorator(method):
-        @functools.wraps(method)
-        def wrapper(self, *args, **kwargs):
-            if materialize_futures:
-                args, kwargs = _materialize(args, kwargs)
-            return method(self, *args, **kwargs)
-
         # An ``async def`` method keeps a coroutine wrapper: Ray runs an actor with one as an
         # async actor and awaits the call, where a plain wrapper would hand back an
         # un-awaited coroutine (veRL's register makes the same choice).
-        @functools.wraps(method)
-        async def async_wrapper(self, *args, **kwargs):
-            if materialize_futures:
-                args, kwargs = _materialize(args, kwargs)
-            return await method(self, *args, **kwargs)
-
         if inspect.iscoroutinefunction(method):
-            wrapper = async_wrapper
+
+            @functools.wraps(method)
+            async def wrapper(self, *args, **kwargs):
+                if materialize_futures:
+                    args, kwargs = _materialize(args, kwargs)
+                return await method(self, *args, **kwargs)
+
+        else:
+
+            @functools.wraps(method)
+            def wrapper(self, *args, **kwargs):
+                if materialize_futures:
+                    args, kwargs = _materialize(args, kwargs)
+                return method(self, *args, **kwargs)
+
         wrapper.registration = Registration(dispatch_mode, execute_mode, blocking)
         return wrapper
 
