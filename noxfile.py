@@ -26,6 +26,10 @@ from pathlib import Path
 
 import nox
 
+# The page model (tools/page_blocks.py), found by name as pytest and MkDocs find it.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+import page_blocks  # noqa: E402
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: nox itself depends on tomli there
@@ -315,11 +319,6 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-# The marker the doc-block harness reads (tests/docblocks/blocks.py): a python block that
-# runs only where CUDA is present, and is skipped elsewhere.
-GPU_BLOCK = "<!-- block: gpu -->"
-
-
 @nox.session
 def gpu(session: nox.Session) -> None:
     """Everything that needs CUDA, each result printed as one line; skipped without CUDA.
@@ -338,8 +337,8 @@ def gpu(session: nox.Session) -> None:
     probe = "import torch; print(torch.cuda.is_available())"
     if session.run("python", "-c", probe, silent=True).strip() != "True":
         session.skip("no CUDA: torch.cuda.is_available() is False on this machine")
-    english = (p for p in sorted(Path("docs").rglob("*.md")) if not p.name.endswith(".zh.md"))
-    pages = [str(p) for p in english if GPU_BLOCK in p.read_text(encoding="utf-8")]
+    english = (p for p in sorted(Path("docs").rglob("*.md")) if page_blocks.language(p) == "en")
+    pages = [str(p) for p in english if any(b.kind == "gpu" for b in page_blocks.blocks(p))]
     # -rs lists any skipped item with its reason.
     session.run("pytest", *pages, "-n", "0", "-rs", *session.posargs)
     session.run("python", "benchmarks/rlhf_gpu.py")

@@ -1,8 +1,9 @@
 """The doc-block harness itself: what it collects, what it fails, and that it cleans up.
 
-Each test writes a small Markdown page into a temporary directory and runs
-pytest on it in-process (pytester), with the same parser, setup and teardown
-that ``tests/docblocks/plugin.py`` uses for ``docs/``.
+Each test writes a small Markdown page into a temporary directory and runs pytest on it
+in-process (pytester), with the same parser, setup and teardown that
+``tests/docblocks/plugin.py`` uses for ``docs/``: the page's python blocks run as its
+script, the one way pages run (``tests/docblocks/page_scripts.py``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 from sybil import Document
 from sybil.parsers.markdown import PythonCodeBlockParser
 
-from tests.docblocks.collect import BlockKind, classify, language_of, marker_before
+from page_blocks import Block, classify, language_of, parse
+from tests.docblocks import page_scripts, python_blocks
 from tests.docblocks.match import matches
 from tests.docblocks.plugin import EXECUTE_LANGUAGES
 
@@ -166,25 +168,98 @@ def test_gpu_block_is_skipped_with_a_reason_without_cuda(pytester):
     result.stdout.fnmatch_lines(["*needs a CUDA GPU*"])
 
 
-def test_ray_is_shut_down_after_a_page_whose_block_failed(pytester, monkeypatch):
-    ray = pytest.importorskip("ray")
-    monkeypatch.setenv("HOME", REAL_HOME)
-    assert not ray.is_initialized()
+def test_a_block_that_raises_fails_at_its_page_line_and_the_next_is_not_run(pytester):
+    result = run_page(
+        pytester,
+        """
+        # A page
+        ~~~python
+        print("first")
+        ~~~
+
+        ~~~python
+        total = 1
+        raise RuntimeError("a block fails half-way through the page")
+        ~~~
+
+        ~~~python
+        print("never")
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    # The traceback points at the page (line 8 of page.md), not at the generated script.
+    result.stdout.fnmatch_lines(
+        [
+            "*the page's script raised in this block*",
+            '*File "page.md", line 8, in <module>*',
+            "*RuntimeError: a block fails half-way through the page*",
+            "*not run: the page's script stopped in the block at line 6*",
+        ]
+    )
+
+
+def test_a_script_past_its_time_limit_is_killed_and_its_block_fails(pytester, monkeypatch):
+    monkeypatch.setattr(page_scripts, "SCRIPT_LIMIT_S", 3)
     result = run_page(
         pytester,
         """
         ~~~python
-        import ray
-        ray.init(num_cpus=1, include_dashboard=False)
+        print("started")
         ~~~
 
         ~~~python
-        raise RuntimeError("a block fails half-way through the page")
+        import time
+        time.sleep(120)
+        ~~~
+
+        ~~~python
+        print("after")
         ~~~
         """,
     )
-    result.assert_outcomes(passed=1, failed=1)
-    assert not ray.is_initialized()
+    assert result.duration < 60, "the script was not killed at its limit"
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*killed at its time limit (3 s) while this block ran*",
+            "*not run: the page's script stopped in the block at line 5*",
+        ]
+    )
+
+
+def test_where_cuda_is_present_a_gpu_block_runs_in_its_place_in_the_script(pytester, monkeypatch):
+    # The GPU path is the same script, with the gpu blocks left in; here it runs on CPU, with
+    # the harness told that CUDA is present and a gpu block that needs none.
+    monkeypatch.setattr(page_scripts, "cuda_available", lambda: True)
+    monkeypatch.setattr(python_blocks, "cuda_available", lambda: True)
+    result = run_page(
+        pytester,
+        """
+        ~~~python
+        steps = ["cpu"]
+        ~~~
+
+        <!-- block: gpu -->
+        ~~~python
+        steps.append("gpu")
+        print(steps)
+        ~~~
+
+        ~~~output
+        ['cpu', 'gpu']
+        ~~~
+
+        ~~~python
+        print(len(steps))
+        ~~~
+
+        ~~~output
+        2
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=5)
 
 
 def test_fence_inside_content_tabs_is_collected(pytester):
@@ -227,18 +302,25 @@ def test_one_matching_dialect_for_output_and_console_blocks(expected, actual, ma
 
 def test_classification():
     assert language_of('python title="a.py"') == "python"
-    assert classify("text", None).kind == "unmarked"
-    assert classify("bash", None).kind == "bash"
-    assert classify("console", ("run", "timeout=9")) == BlockKind("console", "console", "timeout=9")
-    assert classify("python", ("run", "")).kind == "unmarked"
-    assert classify("yaml", ("file", "cluster.yaml")).kind == "file"
-    assert classify("yaml", ("file", "")).kind == "unmarked"
-    assert classify("bash", ("illustration", "")).kind == "illustration"
-    assert classify("bash", ("gpu", "")).kind == "unmarked"
-    assert classify("python", ("gpu", "")).kind == "gpu"
-    assert classify("python", ("skip", "")).kind == "unmarked"
-    text = "<!-- block: data (a config) -->\n```yaml\n"
-    assert marker_before(text, text.index("```")) == ("data", "(a config)")
+    assert classify("text", None)[0] == "unmarked"
+    assert classify("bash", None) == ("bash", "")
+    assert classify("console", ("run", "timeout=9")) == ("console", "timeout=9")
+    assert classify("python", ("run", ""))[0] == "unmarked"
+    assert classify("yaml", ("file", "cluster.yaml")) == ("file", "cluster.yaml")
+    assert classify("yaml", ("file", ""))[0] == "unmarked"
+    assert classify("bash", ("illustration", ""))[0] == "illustration"
+    assert classify("bash", ("gpu", ""))[0] == "unmarked"
+    assert classify("python", ("gpu", ""))[0] == "gpu"
+    assert classify("python", ("skip", ""))[0] == "unmarked"
+
+
+def test_the_page_model_reads_prose_markers_and_offsets():
+    text = "# T\n\nSome prose.\n<!-- block: data (a config) -->\n```yaml\na: 1\n```\nmore\n"
+    prose, block, after = parse(text)
+    assert (prose, after) == ("# T\n\nSome prose.\n", "more\n")  # the marker left the prose
+    assert isinstance(block, Block)
+    assert (block.kind, block.note, block.source, block.line) == ("data", "(a config)", "a: 1\n", 5)
+    assert text[block.start : block.end] == "```yaml\na: 1\n```"
 
 
 def test_chinese_pages_run_only_when_asked(pytester, monkeypatch):

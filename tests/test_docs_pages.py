@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from mkdocs.config import load_config
 
-from tests.docblocks.collect import Block, BlockKind, blocks_of, twin, twin_mismatch
+from page_blocks import Block, blocks, prose, twin, twin_mismatch
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -46,7 +46,7 @@ def renderer():
 
 @pytest.mark.parametrize("page", ALL_PAGES, ids=rel)
 def test_every_rendered_block_is_accounted_for(page, renderer):
-    verdicts = [block.verdict for block in blocks_of(page)]
+    verdicts = blocks(page)
     rendered = len(re.findall(r"<pre[ >]", renderer(page.read_text(encoding="utf-8"))))
     assert rendered == len(verdicts), (
         f"{rel(page)}: MkDocs renders {rendered} code blocks but the harness found "
@@ -57,7 +57,7 @@ def test_every_rendered_block_is_accounted_for(page, renderer):
 
 
 def test_the_site_runs_code():
-    kinds = [block.verdict.kind for page in ALL_PAGES for block in blocks_of(page)]
+    kinds = [block.kind for page in ALL_PAGES for block in blocks(page)]
     assert kinds.count("python") >= 100
     assert kinds.count("output") >= 80
 
@@ -94,7 +94,7 @@ def headings(text: str) -> list[tuple[int, str]]:
 
 
 def link_targets(page: Path) -> list[str]:
-    text = re.sub(r"^(\s*)(```|~~~).*?^\1\2\s*$", "", page.read_text("utf-8"), flags=re.M | re.S)
+    text = prose(page.read_text("utf-8"))
     return re.findall(r"\]\(([^)\s]+)\)", text)
 
 
@@ -111,9 +111,9 @@ def block_mismatches(english: list[Block], chinese: list[Block]) -> list[str]:
 
 @pytest.mark.parametrize("page", [p for p in EN_PAGES if twin(p).exists()], ids=rel)
 def test_both_languages_have_the_same_code_headings_and_links(page):
-    # The one place where the two languages' blocks are compared (collect.twin_mismatch).
+    # The one place where the two languages' blocks are compared (page_blocks.twin_mismatch).
     zh = twin(page)
-    mismatches = block_mismatches(blocks_of(page), blocks_of(zh))
+    mismatches = block_mismatches(blocks(page), blocks(zh))
     assert not mismatches, f"{rel(zh)} against {rel(page)}:\n" + "\n".join(mismatches)
     assert headings(zh.read_text("utf-8")) == headings(page.read_text("utf-8")), (
         "heading levels or ids differ: give each Chinese heading its twin's id, {#...}"
@@ -128,7 +128,7 @@ def test_a_chinese_heading_without_its_twins_id_differs():
 
 
 def block(kind: str, language: str, source: str) -> Block:
-    return Block(language, source, BlockKind(kind, language))
+    return Block(language, source, kind, language, "", source, start=0, end=0, line=1)
 
 
 def test_a_diagram_may_translate_its_labels_but_not_its_structure():
@@ -171,7 +171,7 @@ def test_an_illustration_may_translate_its_comments_but_code_that_runs_may_not_c
 
 @pytest.mark.parametrize("page", [twin(p) for p in EN_PAGES if twin(p).exists()], ids=rel)
 def test_chinese_pages_are_written_in_chinese(page):
-    text = re.sub(r"^(\s*)(```|~~~).*?^\1\2\s*$", "", page.read_text("utf-8"), flags=re.M | re.S)
+    text = prose(page.read_text("utf-8"))
     text = re.sub(r"`[^`]*`|\([^)]*\)|<[^>]*>", "", text)  # code, link targets, tags
     cjk = len(re.findall(r"[\u4e00-\u9fff]", text))
     latin_words = len(re.findall(r"[A-Za-z]{2,}", text))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docblocks.page_scripts import take_away
+import take_away
 
 pytestmark = pytest.mark.downloads
 

@@ -21,12 +21,13 @@ import pytest
 from markdown.extensions.toc import slugify
 from mkdocs.config import load_config
 
+import page_blocks
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 SEED_QUESTIONS = REPO.parent / "shared" / "seed-questions.yaml"
 FAQ = {"en": DOCS / "faq.md", "zh": DOCS / "faq.zh.md"}
 
-CODE_BLOCK = re.compile(r"^(\s*)(```|~~~).*?^\1\2\s*$", re.M | re.S)
 HEADING = re.compile(r"^#{1,6} +(?P<text>.*?)(?: *\{#(?P<id>[^}]+)\})? *$", re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
@@ -94,7 +95,7 @@ def anchor_of(seed_id: str) -> str:
 
 
 def prose(page: Path) -> str:
-    return CODE_BLOCK.sub("", page.read_text("utf-8"))
+    return page_blocks.prose(page.read_text("utf-8"))
 
 
 def sections(page: Path) -> dict[str, str]:

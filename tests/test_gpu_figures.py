@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+import page_blocks
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "gpu-2026-11-26-nvidia-h200"
 PAGES = [REPO / "docs" / "rlhf" / "index.md", REPO / "docs" / "rlhf" / "index.zh.md"]
@@ -142,15 +144,11 @@ RECORD = RESULTS / "run4-kit"
 
 def gpu_outputs(page: Path) -> list[str]:
     """The text of each ``output`` block that follows a ``gpu`` block on ``page``."""
-    from sybil import Document
-
-    from tests.docblocks.collect import census
-
-    blocks = list(census(Document(page.read_text(encoding="utf-8"), str(page))))
+    found = page_blocks.blocks(page)
     return [
-        str(shown.lexemes["source"])
-        for (_, ran), (shown, kind) in zip(blocks, blocks[1:], strict=False)
-        if ran.kind == "gpu" and kind.kind == "output"
+        shown.source
+        for ran, shown in zip(found, found[1:], strict=False)
+        if ran.kind == "gpu" and shown.kind == "output"
     ]
 
 
@@ -170,7 +168,7 @@ def test_what_a_gpu_block_printed_was_printed_on_a_gpu(page):
     log = (RECORD / "docs.log").read_text()
     for row in record:
         assert f"{row['item']} PASSED" in log, f"{row['item']} did not pass in docs.log"
-    english = page.with_name(page.name.replace(".zh.md", ".md"))
+    english = page if page_blocks.language(page) == "en" else page_blocks.twin(page)
     seen = [row["output"] for row in record if row["page"] == str(english.relative_to(REPO))]
     unseen = [text for text in gpu_outputs(page) if text not in seen]
     assert not unseen, f"{page.name}: output of a gpu block never seen on a GPU: {unseen}"

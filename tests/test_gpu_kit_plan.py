@@ -12,9 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sybil import Document
-
-from tests.docblocks.collect import census, item_id
+from page_blocks import blocks, item_id, language
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,11 +26,7 @@ def plan(tmp_path) -> dict:
 
 def items(page: str) -> list[tuple[str, str, str]]:
     """(pytest id, block kind, source) of each block on ``page``."""
-    document = Document((REPO / page).read_text(encoding="utf-8"), page)
-    return [
-        (item_id(page, document, region), verdict.kind, str(region.lexemes["source"]))
-        for region, verdict in census(document)
-    ]
+    return [(item_id(page, block), block.kind, block.source) for block in blocks(REPO / page)]
 
 
 def test_the_docs_check_runs_every_gpu_block_and_what_it_prints(tmp_path):
@@ -40,14 +34,14 @@ def test_the_docs_check_runs_every_gpu_block_and_what_it_prints(tmp_path):
     with_gpu = sorted(
         str(p.relative_to(REPO))
         for p in (REPO / "docs").rglob("*.md")
-        if ".zh." not in p.name
+        if language(p) == "en"
         and any(kind == "gpu" for _, kind, _ in items(str(p.relative_to(REPO))))
     )
     assert chosen["pages"] == with_gpu
     deselected = set(chosen["deselect"])
     for page in with_gpu:
-        blocks = items(page)
-        for (item, kind, _), following in zip(blocks, [*blocks[1:], None], strict=True):
+        rows = items(page)
+        for (item, kind, _), following in zip(rows, [*rows[1:], None], strict=True):
             if kind == "gpu":
                 assert item not in deselected, f"{item}: a gpu block left out"
                 if following and following[1] == "output":
@@ -56,8 +50,8 @@ def test_the_docs_check_runs_every_gpu_block_and_what_it_prints(tmp_path):
 
 def test_the_errata_stop_after_e01_before_ray_list_which_needs_the_dashboard(tmp_path):
     deselected = set(plan(tmp_path)["deselect"])
-    blocks = items("docs/errata.md")
-    e05 = [item for item, _, source in blocks if 'ray_cli("list", "nodes"' in source]
+    rows = items("docs/errata.md")
+    e05 = [item for item, _, source in rows if 'ray_cli("list", "nodes"' in source]
     assert e05 and e05[0] in deselected
-    e01_fix = [item for item, _, source in blocks if "def matrix_multiply(a, b)" in source]
+    e01_fix = [item for item, _, source in rows if "def matrix_multiply(a, b)" in source]
     assert e01_fix and e01_fix[0] not in deselected

@@ -25,6 +25,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from page_blocks import twin
 from tests.docblocks.match import matches
 from tests.docblocks.python_blocks import RAY_FORWARDED
 from tests.upstream.backend import NOTEBOOK, REPO, listed_differences
@@ -42,10 +43,6 @@ def printed(cell) -> str:
     return "\n".join(line for line in text.splitlines() if not RAY_FORWARDED.match(line))
 
 
-def english_twin(path: Path) -> Path:
-    return path.with_name(path.name.replace(".zh.ipynb", ".ipynb"))
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_and_matches_its_outputs(path, request):
     if request.config.getoption("--backend") == "verl":
@@ -53,12 +50,12 @@ def test_notebook_runs_and_matches_its_outputs(path, request):
             pytest.skip("--backend=verl runs the tutorial notebook only")
         return run_on_verl(path)
     if path.name.endswith(".zh.ipynb") and request.config.getoption("--doc-languages") == "en":
-        english = nbformat.read(english_twin(path), as_version=4).cells
+        english = nbformat.read(twin(path), as_version=4).cells
         chinese = nbformat.read(path, as_version=4).cells
         code = [(c.source, printed(c)) for c in chinese if c.cell_type == "code"]
         assert code == [(c.source, printed(c)) for c in english if c.cell_type == "code"], (
             f"{path.name}: code cells or their printed output differ from "
-            f"{english_twin(path).name}, which is the notebook executed"
+            f"{twin(path).name}, which is the notebook executed"
         )
         return
     stored = nbformat.read(path, as_version=4)

@@ -21,8 +21,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.docblocks.collect import twin
-from tests.docblocks.page_scripts import take_away
+import take_away
+from page_blocks import twin
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -2,9 +2,9 @@
 
 * The rule: every page with executed python blocks offers a script and a notebook, and
   no other page does (the rule is in ``tools/take_away.py``'s docstring).
-* The generator reads every page's blocks as the test suite does
-  (``tests/docblocks/collect.py``), so the script holds exactly the blocks that run.
-* The suite runs each such page's python blocks as its script
+* The generator and the test suite read pages through one page model
+  (``tools/page_blocks.py``), so the script holds exactly the blocks that run.
+* The suite runs each such page's python blocks as its script, and only so
   (``tests/docblocks/page_scripts.py``), in a fresh process, and compares what each block
   printed with the page's output blocks: every downloadable script runs, and matches its
   page, whenever the page's blocks do. The Chinese page's script carries the same code
@@ -20,10 +20,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
+from sybil import Document
 
-from tests.docblocks.collect import blocks_of
-from tests.docblocks.page_scripts import LAUNCHER, runs_as_script, take_away
+import page_blocks
+import take_away
+from page_blocks import twin
+from tests.docblocks.page_scripts import LAUNCHER, run_in_page_script
+from tests.docblocks.plugin import parse_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -37,12 +40,8 @@ def rel(page: Path) -> str:
     return str(page.relative_to(DOCS))
 
 
-def zh_twin(page: Path) -> Path:
-    return page.with_name(page.name[: -len(".md")] + ".zh.md")
-
-
 def suite_kinds(page: Path) -> set[str]:
-    return {block.verdict.kind for block in blocks_of(page)}
+    return {block.kind for block in page_blocks.blocks(page)}
 
 
 DOWNLOAD_PAGES = [p for p in EN_PAGES if suite_kinds(p) & EXECUTED]
@@ -53,13 +52,6 @@ def code_lines(script: str) -> list[str]:
     return [
         line for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")
     ]
-
-
-@pytest.mark.parametrize("page", ALL_PAGES, ids=rel)
-def test_blocks_are_read_as_the_suite_reads_them(page):
-    ours = [(b.info, b.source, b.kind) for b in take_away.blocks(page)]
-    suite = [(b.info, b.source, b.verdict.kind) for b in blocks_of(page)]
-    assert ours == suite
 
 
 def test_every_page_with_executed_python_offers_downloads():
@@ -93,7 +85,7 @@ def test_a_page_that_mixes_python_and_shell_blocks_is_refused(tmp_path):
 
 @pytest.mark.parametrize("page", DOWNLOAD_PAGES, ids=rel)
 def test_both_languages_carry_the_same_code(page):
-    zh = zh_twin(page)
+    zh = twin(page)
     assert code_lines(take_away.script_text(zh, DOCS)) == code_lines(
         take_away.script_text(page, DOCS)
     )
@@ -106,17 +98,23 @@ def test_both_languages_carry_the_same_code(page):
     # then come the page's python blocks, in order.
     install = "\n".join(f"%{c}" for c in take_away.install_commands(page, DOCS))
     assert en_cells[0] == install
-    python = [b.source.rstrip("\n") for b in take_away.blocks(page) if b.kind == "python"]
+    python = [b.source.rstrip("\n") for b in page_blocks.blocks(page) if b.kind == "python"]
     assert en_cells[1 : 1 + len(python)] == python, (
         "the notebook's code cells are the page's blocks"
     )
 
 
-def test_the_suite_runs_every_page_with_downloads_as_its_script():
-    # Where CUDA is present the pages run in-process instead, so that gpu blocks run too.
-    if torch.cuda.is_available():
-        pytest.skip("with CUDA the suite runs the pages' blocks in-process (page_scripts.py)")
-    assert [p for p in DOWNLOAD_PAGES if not runs_as_script(p)] == []
+def test_no_page_runs_a_python_block_in_the_test_process():
+    """Every python and gpu block of every page runs in its page's script, CUDA or not;
+    only ``--backend=verl`` (not collected here) runs blocks in-process."""
+    in_process = []
+    for page in EN_PAGES:
+        kinds = [b.kind for b in page_blocks.blocks(page) if b.kind in ("python", "gpu")]
+        regions = parse_blocks(Document(page.read_text("utf-8"), str(page)))
+        scripted = [r for r in regions if r.evaluator is run_in_page_script]
+        if len(scripted) != len(kinds):
+            in_process.append(f"{rel(page)}: {len(kinds)} blocks, {len(scripted)} in the script")
+    assert not in_process, "\n".join(in_process)
 
 
 def test_the_script_variant_for_tests_only_adds_marker_lines():
@@ -129,11 +127,25 @@ def test_the_script_variant_for_tests_only_adds_marker_lines():
 
 def test_gpu_blocks_are_commented_out_in_the_script():
     page = DOCS / "verl" / "workers.md"
-    gpu = next(b for b in take_away.blocks(page) if b.kind == "gpu")
+    gpu = next(b for b in page_blocks.blocks(page) if b.kind == "gpu")
     script = take_away.script_text(page, DOCS)
     assert all(f"# {line}".rstrip() in script.splitlines() for line in gpu.source.splitlines())
     assert "Needs a CUDA GPU" in script
     assert gpu.source.splitlines()[0] not in code_lines(script)
+
+
+def test_where_cuda_is_present_the_suites_script_runs_the_gpu_blocks_in_place():
+    page = DOCS / "verl" / "workers.md"
+    found = [b for b in page_blocks.blocks(page) if b.kind in ("python", "gpu")]
+    number = next(n for n, b in enumerate(found, start=1) if b.kind == "gpu")
+    lines = take_away.script_text(page, DOCS, markers=True, gpu=True).splitlines()
+    marker = lines.index(f"print({take_away.MARKER_LINE.format(number)!r}, flush=True)")
+    gpu = found[number - 1].source.rstrip("\n").splitlines()
+    assert lines[marker + 1 : marker + 1 + len(gpu)] == gpu
+    # Without gpu=True the block is comments, and its number is skipped, not reused.
+    cpu = take_away.script_text(page, DOCS, markers=True)
+    assert take_away.MARKER_LINE.format(number) not in cpu
+    assert take_away.MARKER_LINE.format(number + 1) in cpu
 
 
 def test_the_launcher_keeps_other_threads_off_stdout(tmp_path):

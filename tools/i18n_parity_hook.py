@@ -16,33 +16,26 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 
+# MkDocs puts the hook's folder on sys.path while it loads the hook.
+from page_blocks import twin
+
 SUFFIXES = (".md", ".ipynb")
-OTHER_LANGUAGE = "zh"
-
-
-def twin_of(path: Path) -> Path:
-    """Return the other-language twin of a page: ``a.md`` <-> ``a.zh.md``."""
-    suffix = path.suffix
-    stem = path.name[: -len(suffix)]
-    if stem.endswith(f".{OTHER_LANGUAGE}"):
-        return path.with_name(stem[: -len(OTHER_LANGUAGE) - 1] + suffix)
-    return path.with_name(f"{stem}.{OTHER_LANGUAGE}{suffix}")
 
 
 def missing_twins(docs_dir: Path) -> list[tuple[Path, Path]]:
     """List ``(page, missing twin)`` pairs under ``docs_dir``, paths relative to it."""
     pages = sorted(p for p in docs_dir.rglob("*") if p.suffix in SUFFIXES and p.is_file())
     return [
-        (page.relative_to(docs_dir), twin_of(page).relative_to(docs_dir))
+        (page.relative_to(docs_dir), twin(page).relative_to(docs_dir))
         for page in pages
-        if not twin_of(page).exists()
+        if not twin(page).exists()
     ]
 
 
 def on_pre_build(config, **kwargs) -> None:
     missing = missing_twins(Path(config["docs_dir"]))
     if missing:
-        lines = "\n".join(f"  - {page} has no twin {twin}" for page, twin in missing)
+        lines = "\n".join(f"  - {page} has no twin {other}" for page, other in missing)
         raise PluginError(
             "Every page must exist in English and in Chinese (page.md and page.zh.md).\n"
             f"{lines}\n"

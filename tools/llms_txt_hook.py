@@ -20,6 +20,9 @@ from pathlib import Path
 
 from mkdocs.structure.nav import Section
 
+# MkDocs puts the hook's folder on sys.path while it loads the hook.
+import page_blocks
+
 ZH = "zh/"
 PAGES: dict[str, dict[str, str]] = {}  # page url -> {"title", "line"}
 CHAPTERS: dict[str, list[tuple[str, list[str]]]] = {}  # "en"/"zh" -> [(chapter, urls)]
@@ -32,8 +35,7 @@ def language_of(url: str) -> str:
 
 def first_sentence(markdown: str) -> str:
     """The first sentence of the page's first prose paragraph, as plain text."""
-    without_code = re.sub(r"(?ms)^(`{3,}).*?^\1[ \t]*$", "", markdown)
-    for paragraph in re.split(r"\n\s*\n", without_code):
+    for paragraph in re.split(r"\n\s*\n", page_blocks.prose(markdown)):
         text = " ".join(line.strip() for line in paragraph.strip().splitlines())
         if not text or text.startswith(("#", "<", "|", "!", ">", "-", "*", "1.", "[TOC]")):
             continue  # headings, markers and HTML, tables, admonitions, quotes, lists

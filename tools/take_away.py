@@ -45,11 +45,10 @@ markdown cell, so that "Run all" works on a CPU machine too. ``illustration`` an
 ``data`` blocks are shown, not run: the notebook keeps them in its markdown cells, the
 script leaves them out.
 
-The block rules are those of ``tests/docblocks/collect.py`` (markers, kinds). This module
-has its own copy of them, because the site build (``nox -s docs``, and the test that
-builds a copy of the site) has neither pytest nor Sybil nor the ``tests`` package; the
-test checks that both read every page's blocks alike. ``tools/take_away_hook.py`` is
-the MkDocs hook that writes the files and links them from each page.
+The suite runs every page as its script (``tests/docblocks/page_scripts.py``), with
+``script_text(..., markers=True)``, and, where CUDA is present, ``gpu=True``, which
+leaves the gpu blocks in. The blocks are read by ``page_blocks.py``, the one page model;
+``tools/take_away_hook.py`` is the MkDocs hook that writes the files and links them.
 """
 
 from __future__ import annotations
@@ -62,19 +61,19 @@ import re
 import sys
 import textwrap
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
+
+# tools/ is on sys.path wherever this module is used (page_blocks.py says how).
+import page_blocks
+from page_blocks import EXECUTED_PYTHON, Block, language
 
 try:
     import tomllib
 except ImportError:  # Python 3.10
     import tomli as tomllib
 
-# Same marker syntax and kinds as tests/docblocks/collect.py (MARKER, MARKER_KINDS).
-MARKER = re.compile(r"^[ \t]*<!--\s*block:\s*(?P<kind>[a-z-]+)(?P<note>[^>]*?)\s*-->[ \t]*$")
-MARKER_KINDS = ("gpu", "data", "illustration", "run", "file")
-SHELL_LANGUAGES = {"console": "console", "bash": "bash", "sh": "bash", "shell": "bash"}
-FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+# The checkout this module is in: its constraints.txt and pyproject.toml pin the installs.
+ROOT = Path(__file__).resolve().parents[1]
 RAY_IMPORT = re.compile(r"^(import ray\b|from ray\b)", re.M)
 # The printed line between two blocks in the test-only variant (``markers=True``).
 MARKER_LINE = "@@take-away block {}@@"
@@ -152,110 +151,14 @@ class TakeAwayError(ValueError):
     """A page whose downloads cannot be made; the message says why and what to change."""
 
 
-@dataclass(frozen=True)
-class Block:
-    """One fenced block: its info string, source (without fences), kind and note.
-
-    ``kind`` is as in ``tests/docblocks/collect.py``: ``python``, ``output``, ``gpu``,
-    ``console``, ``bash``, ``file``, ``data``, ``illustration`` or ``unmarked``.
-    ``text`` is the block as written on the page, fences included.
-    """
-
-    info: str
-    source: str
-    kind: str
-    note: str
-    text: str
-
-
-def language_of(info: str) -> str:
-    """The fence's language, its first word (as ``tests/docblocks/collect.py`` reads it)."""
-    words = info.strip().lstrip("{").split()
-    return words[0].lstrip(".").rstrip("}").lower() if words else ""
-
-
-def classify(info: str, marker: tuple[str, str] | None) -> tuple[str, str]:
-    """(kind, note) of a block, by the rules of ``tests/docblocks/collect.py`` (``classify``)."""
-    language = language_of(info)
-    if marker is not None:
-        kind, note = marker
-        if kind not in MARKER_KINDS or (kind == "gpu" and language != "python"):
-            return "unmarked", note
-        if kind == "run":
-            return SHELL_LANGUAGES.get(language, "unmarked"), note
-        if kind == "file" and not note:
-            return "unmarked", note
-        return kind, note
-    if language in SHELL_LANGUAGES:
-        return SHELL_LANGUAGES[language], ""
-    if language in ("python", "output"):
-        return language, ""
-    return "unmarked", ""
-
-
-def parse(text: str) -> list[str | Block]:
-    """The page as prose (``str``) and blocks (``Block``), in order.
-
-    A fence opens with three or more backticks or tildes, perhaps indented, and closes
-    with a line of the same character, at least as long, at the same indentation, with
-    no info string (the rules of Sybil's Markdown lexer, which the test suite uses). A
-    ``<!-- block: ... -->`` marker line right above a fence belongs to the block.
-    """
-    lines = text.splitlines(keepends=True)
-    items: list[str | Block] = []
-    prose: list[str] = []
-    i = 0
-    while i < len(lines):
-        opening = FENCE.match(lines[i].rstrip("\n"))
-        if opening is None:
-            prose.append(lines[i])
-            i += 1
-            continue
-        indent, fence = opening["indent"], opening["fence"]
-        end = i + 1
-        while end < len(lines):
-            closing = FENCE.match(lines[end].rstrip("\n"))
-            if (
-                closing
-                and closing["fence"][0] == fence[0]
-                and len(closing["fence"]) >= len(fence)
-                and len(closing["indent"]) == len(indent)
-                and not closing["info"].strip()
-            ):
-                break
-            end += 1
-        marker = MARKER.match(prose[-1].rstrip("\n")) if prose else None
-        if marker is not None:
-            prose.pop()
-        source = "".join(line[len(indent) :] for line in lines[i + 1 : end])
-        kind, note = classify(
-            opening["info"], (marker["kind"], marker["note"].strip()) if marker else None
-        )
-        items.append("".join(prose))
-        items.append(Block(opening["info"], source, kind, note, "".join(lines[i : end + 1])))
-        prose = []
-        i = end + 1
-    items.append("".join(prose))
-    return [item for item in items if not (isinstance(item, str) and not item.strip())]
-
-
-def blocks(page: Path) -> list[Block]:
-    """The page's fenced blocks, in order."""
-    return [item for item in parse(page.read_text("utf-8")) if isinstance(item, Block)]
-
-
-def language(page: Path) -> str:
-    return "zh" if page.name.endswith(".zh.md") else "en"
-
-
 def has_downloads(page: Path) -> bool:
     """Does the page get a script and a notebook? The rule is the module docstring's.
 
     Raises:
         TakeAwayError: the page mixes executed python blocks with shell blocks (rule 3).
     """
-    kinds = {block.kind for block in blocks(page)}
-    python = kinds & {"python", "gpu"}
+    kinds = {block.kind for block in page_blocks.blocks(page)}
+    python = kinds & set(EXECUTED_PYTHON)
     shell = kinds & {"console", "bash", "file"}
     if python and shell:
         raise TakeAwayError(
@@ -450,7 +353,7 @@ def pieces(page: Path) -> list[str | Block]:
     """The page's prose and blocks, checked: only pages with downloads have pieces."""
     if not has_downloads(page):
         raise TakeAwayError(f"{page.name} gets no downloads (tools/take_away.py, the rule)")
-    return parse(page.read_text("utf-8"))
+    return list(page_blocks.parse(page.read_text("utf-8")))
 
 
 def uses_ray(items: list[str | Block]) -> bool:
@@ -464,7 +367,7 @@ def imported(items: list[str | Block]) -> set[str]:
     """Top-level names of the modules that the page's python and gpu blocks import."""
     names = set()
     for item in items:
-        if isinstance(item, Block) and item.kind in ("python", "gpu"):
+        if isinstance(item, Block) and item.kind in EXECUTED_PYTHON:
             for node in ast.walk(ast.parse(item.source)):
                 if isinstance(node, ast.Import):
                     names |= {alias.name.split(".")[0] for alias in node.names}
@@ -493,8 +396,7 @@ def install_commands(page: Path, docs: Path) -> list[str]:
     Raises:
         TakeAwayError: the page imports a package that :data:`REQUIREMENTS` does not name.
     """
-    root = docs.resolve().parent
-    pins, project = pinned_versions(root)
+    pins, project = pinned_versions(ROOT)
 
     def pinned(requirement: str) -> str:
         name = re.split(r"[\[<>=;]", requirement, maxsplit=1)[0].strip()
@@ -525,7 +427,7 @@ def install_commands(page: Path, docs: Path) -> list[str]:
     first = list(dict.fromkeys(pinned(req) for req in wanted))
     if "reference_impl" in names:
         # file://localhost/...: pip before 23.3 rejects the empty host of file:///...
-        url = os.environ.get("REPO_URL") or f"file://localhost{root.as_posix()}"
+        url = os.environ.get("REPO_URL") or f"file://localhost{ROOT.as_posix()}"
         extra = f"[{','.join(extras)}]" if extras else ""
         first.append(f'"reference_impl{extra} @ git+{url}"')
     commands = ["pip install " + " ".join(first)] if first else []
@@ -534,12 +436,18 @@ def install_commands(page: Path, docs: Path) -> list[str]:
     return commands
 
 
-def script_text(page: Path, docs: Path, *, markers: bool = False) -> str:
+def script_text(page: Path, docs: Path, *, markers: bool = False, gpu: bool = False) -> str:
     """The page as a Python script.
 
-    ``markers=True`` is for the test only: before each python block, and at the end, the
-    script prints ``MARKER_LINE`` with the block's number, so that its stdout can be cut
-    into what each block printed. Readers get the script without them.
+    The two keywords are for the test suite (``tests/docblocks/page_scripts.py``); readers
+    get the script without them.
+
+    * ``markers=True``: before each python or gpu block that the script runs, and at the
+      end, the script prints ``MARKER_LINE`` with the block's number (from 1, over the
+      page's python and gpu blocks together), so that its stdout can be cut into what
+      each block printed. The block's code starts on the line after its marker.
+    * ``gpu=True``: the gpu blocks run in their places instead of being commented out
+      (the suite sets it where CUDA is present).
 
     Raises:
         TakeAwayError: the page gets no downloads (see the module docstring).
@@ -565,18 +473,18 @@ def script_text(page: Path, docs: Path, *, markers: bool = False) -> str:
         if item.kind == "output" and previous is not None:
             out.append("# " + words["output"])
             out += [("#   " + line).rstrip() for line in item.source.splitlines()]
-        elif item.kind in ("python", "gpu"):
+        elif item.kind in EXECUTED_PYTHON:
+            number += 1
             out += ["", ""] + prose_comment(prose)
-            if item.kind == "python":
+            if item.kind == "python" or gpu:
                 if markers:
-                    number += 1
                     out.append(f"print({MARKER_LINE.format(number)!r}, flush=True)")
                 out += item.source.rstrip("\n").splitlines()
             else:
                 out += comment_lines(words["gpu"])
                 out += [("# " + line).rstrip() for line in item.source.rstrip("\n").splitlines()]
             prose = ""
-        previous = item if item.kind in ("python", "gpu") else None
+        previous = item if item.kind in EXECUTED_PYTHON else None
     if uses_ray(items):
         out += ["", "", "# " + words["shutdown"]]
         if markers:
@@ -636,7 +544,7 @@ def notebook(page: Path, docs: Path, page_url: str | None = None):
             markdown.append(f"{label}\n\n```text\n{item.source}```")
         else:  # illustration, data: shown, not run
             markdown.append(item.text.rstrip("\n"))
-        previous = item if isinstance(item, Block) and item.kind in ("python", "gpu") else None
+        previous = item if isinstance(item, Block) and item.kind in EXECUTED_PYTHON else None
     if uses_ray(items):
         markdown.append(words["shutdown"])
         flush_markdown()

@@ -17,9 +17,10 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+from mkdocs.exceptions import PluginError
+
 # MkDocs puts the hook's folder on sys.path while it loads the hook.
 import take_away
-from mkdocs.exceptions import PluginError
 
 BOX = {
     "en": (

@@ -7,10 +7,9 @@ runs (docs/assets/javascripts/console-copy.js). A python block copies its source
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
+from page_blocks import blocks
 from tests.browser.conftest import REPO, Site
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -77,8 +76,8 @@ def copied(context, site: Site, lang: str, path: str, language: str, containing:
 
 def python_source(containing: str) -> str:
     """The body of the python fence of docs/cluster/start.md that contains `containing`."""
-    markdown = (REPO / "docs" / "cluster" / "start.md").read_text("utf-8")
-    bodies = re.findall(r"^```python\n(.*?)^```$", markdown, re.M | re.S)
+    page = REPO / "docs" / "cluster" / "start.md"
+    bodies = [block.source for block in blocks(page) if block.language == "python"]
     matching = [body for body in bodies if containing in body]
     assert len(matching) == 1, f"{len(matching)} python blocks of start.md contain {containing!r}"
     return matching[0].rstrip("\n")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sybil import Document, Region
 
-from tests.docblocks.collect import census
+import page_blocks
 from tests.docblocks.match import matches
 from tests.docblocks.python_blocks import (
     ExpectedOutput,
@@ -57,25 +57,26 @@ def parse_blocks_on_verl(document: Document) -> Iterator[Region]:
     listed = {d.block: d for d in listed_differences() if d.page == Path(document.path).name}
     previous: PythonBlock | None = None
     number = 0
-    for region, verdict in census(document):
-        source = str(region.lexemes["source"])
+    for block in page_blocks.parse(document.text):
+        if not isinstance(block, page_blocks.Block):
+            continue
         follows, previous = previous, None
-        if verdict.kind == "python":
+        if block.kind == "python":
             number += 1
             difference = listed.pop(number, None)
             if difference is None:
-                previous = PythonBlock(source)
-                yield Region(region.start, region.end, previous, run_on_verl)
+                previous = PythonBlock(block.source)
+                yield Region(block.start, block.end, previous, run_on_verl)
             else:
-                previous = ListedBlock(source, row=difference)
-                yield Region(region.start, region.end, previous, run_listed)
-        elif verdict.kind == "output" and follows is not None:
-            output = ExpectedOutput(source, follows)
+                previous = ListedBlock(block.source, row=difference)
+                yield Region(block.start, block.end, previous, run_listed)
+        elif block.kind == "output" and follows is not None:
+            output = ExpectedOutput(block.source, follows)
             if isinstance(follows, ListedBlock):
                 follows.has_output = True
-                yield Region(region.start, region.end, output, check_listed_output)
+                yield Region(block.start, block.end, output, check_listed_output)
             else:
-                yield Region(region.start, region.end, output, check_output)
+                yield Region(block.start, block.end, output, check_output)
     for difference in listed.values():  # a row naming a block the page does not have
         problem = Problem(
             f"the table of differences lists python block {difference.block} of "

@@ -1,29 +1,23 @@
-"""A page's python blocks, run as the script a reader downloads from the page.
+"""The one way a page's python blocks run: as the script a reader downloads from the page.
 
-Every page with executed python blocks offers its blocks as a script
-(``tools/take_away.py``; the site's "download as script" link). The suite runs
-that script, not the blocks one by one in its own process: what a reader
-downloads is what ran, and each page runs once. The script is the downloaded
-one plus a marker line printed before each python block
-(``script_text(..., markers=True)``), so that its output can be cut into what
-each block printed; it runs with ``python -u`` in a fresh process, in an empty
-working directory, with a hard time limit that kills its whole process group.
-It is started through ``script_launcher.py``, which keeps what Ray's background
-thread prints off stdout, so it cannot splice itself into a block's line.
+The script is ``take_away.script_text(page, docs, markers=True)``: the download plus a
+marker line printed before each block, so that its output can be cut into what each
+block printed. Where CUDA is present it is made with ``gpu=True``, so the ``gpu`` blocks
+run in their places; elsewhere they stay comments and their items are skipped. It runs
+with ``python -u`` in a fresh process and an empty working directory, through
+``script_launcher.py`` (which keeps what Ray's background thread prints off stdout), with
+a time limit that kills its whole process group.
 
-A block that raises ends the script: that block's item fails with the
-traceback, and the items of the blocks after it fail as not run.
+A block that raises ends the script: its item fails with the traceback, whose lines in
+the script are given as the page's (``docs/x.md, line N``); the items of the blocks after
+it fail as not run. A script killed at its limit fails the block it was in, saying so.
 
-Not run this way (``python_blocks.run_python`` runs them in-process instead):
-pages outside ``docs/`` (the harness's own tests), the veRL backend (which
-swaps ``reference_impl`` for veRL inside the process), and every page on a
-machine with CUDA, where the ``gpu`` blocks, which the script leaves out as
-comments, must run between the others.
+The only other path is ``--backend=verl`` (``on_verl.py``), which swaps ``reference_impl``
+for veRL inside the test process and so runs blocks there.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -33,58 +27,45 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.docblocks.python_blocks import RAY_FORWARDED, PythonBlock
+import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-DOCS = REPO / "docs"
+import take_away
+from tests.docblocks.python_blocks import RAY_FORWARDED, PythonBlock, cuda_available
+
 # A page's whole script, Ray's start-up included; pytest's per-item limit is raised to
-# this for the item that runs it (plugin.py).
+# this for the item that runs it (plugin.py). The harness's own tests lower it.
 SCRIPT_LIMIT_S = 480
 LAUNCHER = Path(__file__).with_name("script_launcher.py")
 # The autoscaler's lines: never what a block printed. The script's own driver prints them
 # from a background thread (script_launcher.MainThreadOnly sends those to stderr), but a
 # driver that a block starts as a subprocess prints them to the shared stdout.
 AUTOSCALER = re.compile(r"^(\x1b\[[0-9;]*m)?\(autoscaler \+\d+s\)")
-
-
-def load_take_away():
-    """``tools/take_away.py``: tools/ is not a package (MkDocs loads its hooks by path)."""
-    if "take_away" in sys.modules:
-        return sys.modules["take_away"]
-    spec = importlib.util.spec_from_file_location("take_away", REPO / "tools" / "take_away.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["take_away"] = module  # before running it: its dataclasses look it up there
-    spec.loader.exec_module(module)
-    return module
-
-
-take_away = load_take_away()
-
-
-def runs_as_script(page: Path) -> bool:
-    """Does the suite run this page's python blocks as its downloadable script?"""
-    if DOCS not in page.parents or not take_away.has_downloads(page):
-        return False
-    import torch  # here, not at the top: the harness's other modules do not need torch
-
-    return not torch.cuda.is_available()
+MARKER_PREFIX, MARKER_SUFFIX = take_away.MARKER_LINE.split("{}")
 
 
 @dataclass
 class PageRun:
-    """One run of a page's script: what each python block printed, and how it ended."""
+    """One run of a page's script: what each block printed, and how it ended."""
 
     printed: dict[int, str] = field(default_factory=dict)  # block number (from 1) -> text
     returncode: int = 0
     stderr: str = ""
     last_started: int = 0  # the block running when the script ended
+    killed_after_s: int | None = None  # the limit, if the script was killed at it
+    fence_lines: dict[int, int] = field(default_factory=dict)  # block number -> page line
 
     def outcome(self, number: int) -> tuple[str | None, str | None]:
         """(what block ``number`` printed, why it failed); one of the two is None."""
+        if self.killed_after_s is not None and number == self.last_started:
+            return None, (
+                f"the page's script was killed at its time limit ({self.killed_after_s} s) "
+                f"while this block ran:\n{self.stderr[-4000:]}"
+            )
         if self.returncode != 0 and number == self.last_started:
             return None, f"the page's script raised in this block:\n{self.stderr[-4000:]}"
         if number not in self.printed or (self.returncode != 0 and number > self.last_started):
-            return None, f"not run: the page's script stopped in python block {self.last_started}"
+            stopped = self.fence_lines.get(self.last_started, "?")
+            return None, f"not run: the page's script stopped in the block at line {stopped}"
         return self.printed[number], None
 
 
@@ -95,11 +76,10 @@ def cut_at_markers(stdout: str) -> tuple[dict[int, str], int]:
     """
     printed: dict[int, str] = {}
     current = last = 0
-    prefix, suffix = take_away.MARKER_LINE.split("{}")
     for line in stdout.splitlines(keepends=True):
         marker = line.strip()
-        if marker.startswith(prefix) and marker.endswith(suffix):
-            label = marker.removeprefix(prefix).removesuffix(suffix)
+        if marker.startswith(MARKER_PREFIX) and marker.endswith(MARKER_SUFFIX):
+            label = marker.removeprefix(MARKER_PREFIX).removesuffix(MARKER_SUFFIX)
             current = 0 if label == "end" else int(label)
             if current:
                 printed[current], last = "", current
@@ -108,15 +88,53 @@ def cut_at_markers(stdout: str) -> tuple[dict[int, str], int]:
     return printed, last
 
 
-def run_page_script(page: Path) -> PageRun:
-    """Write the page's script (with marker lines) and run it as a reader would."""
+def page_lines(script: str, where: dict[int, tuple[int, int]]) -> dict[int, int]:
+    """Script line -> page line, for every line of code that came from a block.
+
+    ``where``: block number -> (the page line of its opening fence, its number of lines).
+    In the script a block's code starts on the line after its marker line
+    (``take_away.script_text``). Lines are counted from 1.
+    """
+    marker = re.compile(
+        r"print\('" + re.escape(MARKER_PREFIX) + r"(\d+)" + re.escape(MARKER_SUFFIX) + r"'"
+    )
+    mapping: dict[int, int] = {}
+    for index, line in enumerate(script.splitlines()):
+        found = marker.match(line)
+        if found is None or int(found[1]) not in where:
+            continue
+        fence, length = where[int(found[1])]
+        for offset in range(1, length + 1):
+            mapping[index + 1 + offset] = fence + offset
+    return mapping
+
+
+def with_page_lines(stderr: str, script: Path, page: str, mapping: dict[int, int]) -> str:
+    """The traceback with each frame in the script given as the page's file and line."""
+
+    def replace(match: re.Match) -> str:
+        line = mapping.get(int(match[1]))
+        return f'File "{page}", line {line}' if line else match[0]
+
+    frame = r'File "(?:' + re.escape(str(script)) + "|" + re.escape(str(script.resolve())) + ")"
+    return re.sub(frame + r'", line (\d+)', replace, stderr)
+
+
+def run_page_script(page: Path, where: dict[int, tuple[int, int]]) -> PageRun:
+    """Write the page's script (with marker lines) and run it as a reader would.
+
+    ``where``: block number -> (its fence's page line, its length), to report page lines.
+    """
+    docs = next((p for p in page.parents if p.name == "docs"), page.parent)
     with tempfile.TemporaryDirectory(prefix="page-script-") as folder:
-        script = Path(folder) / (take_away.download_name(page, DOCS) + ".py")
-        script.write_text(take_away.script_text(page, DOCS, markers=True), "utf-8")
+        script = Path(folder) / (take_away.download_name(page, docs) + ".py")
+        text = take_away.script_text(page, docs, markers=True, gpu=cuda_available())
+        script.write_text(text, "utf-8")
         work = Path(folder) / "work"  # the reader's empty directory
         work.mkdir()
         # The venv's bin first, as in an activated environment: pages call `ray` and `python`.
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        limit = SCRIPT_LIMIT_S
         # -u: the markers and what the page's own subprocesses print reach the pipe in order.
         process = subprocess.Popen(
             [sys.executable, "-u", str(LAUNCHER), str(script)],
@@ -127,30 +145,53 @@ def run_page_script(page: Path) -> PageRun:
             text=True,
             start_new_session=True,
         )
+        killed = None
         try:
-            stdout, stderr = process.communicate(timeout=SCRIPT_LIMIT_S)
+            stdout, stderr = process.communicate(timeout=limit)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             stdout, stderr = process.communicate()
-            stderr += f"\n(killed: the script ran past {SCRIPT_LIMIT_S} s)"
-            process.returncode = process.returncode or -9
+            killed = limit
+        shown = str(page.relative_to(docs.parent)) if docs.name == "docs" else page.name
+        stderr = with_page_lines(stderr, script, shown, page_lines(text, where))
     sys.stdout.write(stdout)  # visible with `pytest -s`
     printed, last = cut_at_markers(stdout)
-    return PageRun(printed, process.returncode, stderr, last)
+    fence_lines = {number: fence for number, (fence, _) in where.items()}
+    return PageRun(printed, process.returncode, stderr, last, killed, fence_lines)
+
+
+@dataclass
+class PageScript:
+    """What a page's python and gpu blocks share: the page, and the one run of its script."""
+
+    page: Path
+    where: dict[int, tuple[int, int]] = field(default_factory=dict)  # see run_page_script
+    run: PageRun | None = None
+
+
+@dataclass
+class ScriptBlock(PythonBlock):
+    """A python or gpu block, run as part of its page's script."""
+
+    script: PageScript | None = None
+    number: int = 0  # among the page's python and gpu blocks, from 1
+    gpu: bool = False  # marked `<!-- block: gpu -->`: runs only where CUDA is present
 
 
 def run_in_page_script(example) -> str | None:
-    """Evaluator of a python block of a page that runs as its script.
+    """Evaluator of a python or gpu block: its part of the page's one script run.
 
-    The page's first python block runs the whole script; each block then takes what it
-    printed from that run.
+    The first block that needs the run starts it; each block then takes what it printed.
+    Without CUDA a gpu block is skipped (the script has it as comments).
     """
-    block: PythonBlock = example.parsed
+    block: ScriptBlock = example.parsed
     block.printed = None
-    run = example.namespace.get("__page_run__")
-    if run is None:
-        run = example.namespace["__page_run__"] = run_page_script(Path(example.path))
-    printed, failure = run.outcome(block.number)
+    if block.gpu and not cuda_available():
+        pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
+    shared = block.script
+    if shared.run is None:
+        shared.run = run_page_script(shared.page, shared.where)
+    printed, failure = shared.run.outcome(block.number)
     if failure is not None:
         return failure
     block.printed = printed

@@ -1,18 +1,19 @@
 """pytest plugin: every fenced block under ``docs/`` becomes a checked test item.
 
 Loaded from the repository's top-level ``conftest.py`` (kept out of
-``docs_dir`` so MkDocs never publishes it). Pages are Sybil documents: all
-python blocks of a page share one namespace and run in order, so pages must
-run whole on one xdist worker (``--dist loadfile``, set in pyproject.toml).
-``collect.py`` decides what each block is; ``python_blocks.py`` and
-``shell_blocks.py`` run them; ``match.py`` compares what they printed.
+``docs_dir`` so MkDocs never publishes it). Pages are Sybil documents whose
+blocks run in order: a page's python blocks as one script (``page_scripts.py``),
+its shell blocks in one terminal (``shell_blocks.py``), so pages must run whole
+on one xdist worker (``--dist loadfile``, set in pyproject.toml).
+``tools/page_blocks.py`` (the page model) says what each block is;
+``python_blocks.py`` checks outputs and data; ``match.py`` compares what blocks printed.
 
 After each page, whatever the page started is torn down, even when one of
 its blocks failed: Ray is shut down, any torch.distributed process group is
 destroyed, and the page's terminal is closed with what it left running.
 
 Languages. A page and its Chinese twin carry the same code
-(``tests/test_docs_pages.py`` checks it, with ``collect.twin_mismatch``). By
+(``tests/test_docs_pages.py`` checks it, with ``page_blocks.twin_mismatch``). By
 default the English page is executed and the Chinese page yields no items:
 the snippet a reader copies from either language is the one that ran, and the
 suite starts Ray once per page instead of twice. ``pytest
@@ -33,9 +34,16 @@ import pytest
 from sybil import Document, Region, Sybil
 from sybil.integration.pytest import SybilItem
 
-from tests.docblocks.collect import DATA_LANGUAGES, BlockKind, census, runs_shell
+import page_blocks
+import take_away
+from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
-from tests.docblocks.page_scripts import SCRIPT_LIMIT_S, run_in_page_script, runs_as_script
+from tests.docblocks.page_scripts import (
+    SCRIPT_LIMIT_S,
+    PageScript,
+    ScriptBlock,
+    run_in_page_script,
+)
 from tests.docblocks.python_blocks import (
     DataBlock,
     ExpectedOutput,
@@ -44,8 +52,6 @@ from tests.docblocks.python_blocks import (
     check_data,
     check_output,
     report_problem,
-    run_gpu_python,
-    run_python,
 )
 from tests.docblocks.shell_blocks import (
     FileBlock,
@@ -98,49 +104,55 @@ def parse_blocks(document: Document) -> Iterator[Region]:
         if runs_on_verl(path):
             yield from parse_blocks_on_verl(document)
         return
-    if path.name.endswith(".zh.md") and EXECUTE_LANGUAGES["value"] == "en":
+    if page_blocks.language(path) == "zh" and EXECUTE_LANGUAGES["value"] == "en":
         return
-    # Python blocks run as the page's downloadable script, or one by one in this process.
-    as_script = runs_as_script(path)
+    page = [b for b in page_blocks.parse(document.text) if isinstance(b, page_blocks.Block)]
+    script = PageScript(path)
+    refused = None
+    if any(block.kind in EXECUTED_PYTHON for block in page):
+        try:
+            take_away.has_downloads(path)
+        except take_away.TakeAwayError as error:  # python and shell blocks on one page
+            refused = Problem(str(error))
     # The block whose printed text an `output` block right after it shows.
     previous: PythonBlock | ShellBlock | None = None
-    number = 0
-    for region, verdict in census(document):
-        source = str(region.lexemes["source"])
+    for block in page:
         follows, previous = previous, None
-        if verdict.kind in ("console", "bash"):
+        where = (block.start, block.end)
+        if block.kind in ("console", "bash"):
             try:
-                block = ShellBlock(source, verdict.kind, **options_of(verdict.note))
+                shell = ShellBlock(block.source, block.kind, **options_of(block.note))
             except (TypeError, ValueError) as error:
-                yield Region(region.start, region.end, Problem(str(error)), report_problem)
+                yield Region(*where, Problem(str(error)), report_problem)
                 continue
-            if verdict.kind == "bash":
-                previous = block
-            run = run_console if verdict.kind == "console" else run_bash
-            yield Region(region.start, region.end, block, run)
-        elif verdict.kind == "file":
-            yield Region(region.start, region.end, FileBlock(verdict.note, source), write_file)
-        elif verdict.kind == "gpu":
-            previous = PythonBlock(source, gpu=True)
-            yield Region(region.start, region.end, previous, run_gpu_python)
-        elif verdict.kind == "python":
-            number += 1
-            previous = PythonBlock(source, number=number, in_script=as_script)
-            run = run_in_page_script if as_script else run_python
-            yield Region(region.start, region.end, previous, run)
-        elif verdict.kind == "output":
-            yield Region(region.start, region.end, ExpectedOutput(source, follows), check_output)
-        elif verdict.kind == "data" and verdict.language in DATA_LANGUAGES:
-            yield Region(region.start, region.end, DataBlock(source, verdict.language), check_data)
-        elif verdict.kind == "unmarked":
-            yield Region(region.start, region.end, unmarked(verdict), report_problem)
+            if block.kind == "bash":
+                previous = shell
+            run = run_console if block.kind == "console" else run_bash
+            yield Region(*where, shell, run)
+        elif block.kind == "file":
+            yield Region(*where, FileBlock(block.note, block.source), write_file)
+        elif block.kind in EXECUTED_PYTHON:
+            if refused is not None:
+                yield Region(*where, refused, report_problem)
+                continue
+            number = len(script.where) + 1
+            script.where[number] = (block.line, block.source.count("\n"))
+            gpu = block.kind == "gpu"
+            previous = ScriptBlock(block.source, script=script, number=number, gpu=gpu)
+            yield Region(*where, previous, run_in_page_script)
+        elif block.kind == "output":
+            yield Region(*where, ExpectedOutput(block.source, follows), check_output)
+        elif block.kind == "data" and block.language in DATA_LANGUAGES:
+            yield Region(*where, DataBlock(block.source, block.language), check_data)
+        elif block.kind == "unmarked":
+            yield Region(*where, unmarked(block), report_problem)
         # "illustration" blocks, and data in languages we cannot parse, are shown, not run.
 
 
-def unmarked(verdict: BlockKind) -> Problem:
+def unmarked(block: page_blocks.Block) -> Problem:
     return Problem(
-        f"this `{verdict.language or 'plain'}` block is neither run nor marked"
-        f"{': ' + verdict.note if verdict.note else ''}. Make it a python block, "
+        f"this `{block.language or 'plain'}` block is neither run nor marked"
+        f"{': ' + block.note if block.note else ''}. Make it a python block, "
         "or put <!-- block: illustration --> or <!-- block: data --> on the line above it."
     )
 
@@ -196,14 +208,14 @@ def pytest_collection_modifyitems(config, items):
             continue
         page = Path(item.example.path)
         if page not in shell_pages:
-            shell_pages[page] = runs_shell(page)
+            shell_pages[page] = page_blocks.runs_shell(page)
         if shell_pages[page]:
             item.add_marker(pytest.mark.shell)
         elif page in ALONE_PAGES:
             item.add_marker(pytest.mark.alone)
-        parsed = item.example.parsed
-        if isinstance(parsed, PythonBlock) and parsed.in_script and parsed.number == 1:
-            # This item runs the page's whole script (page_scripts.py), which has its own limit.
+        if isinstance(item.example.parsed, ScriptBlock):
+            # Any of these items may be the one that runs the page's whole script
+            # (page_scripts.py), which has its own limit.
             item.add_marker(pytest.mark.timeout(SCRIPT_LIMIT_S + 60))
 
 
@@ -211,10 +223,10 @@ def label(parsed) -> str:
     """The summary's name for a block of the kind ``parsed`` is."""
     if isinstance(parsed, ListedBlock):
         return "python, listed difference"
+    if isinstance(parsed, ScriptBlock):
+        return "gpu-only python" if parsed.gpu else "python"
     if isinstance(parsed, PythonBlock):
-        if parsed.gpu:
-            return "gpu-only python"
-        return "python, in the page's script" if parsed.in_script else "python"
+        return "python, on veRL"
     if isinstance(parsed, ExpectedOutput):
         listed = isinstance(parsed.source_block, ListedBlock)
         return "output, listed difference" if listed else "output"
@@ -239,10 +251,10 @@ def pytest_runtest_makereport(item, call):
 
 
 ROWS = (
-    ("python, in the page's script", "python blocks run as their page's downloadable script"),
-    ("python", "python blocks run one by one in the test process"),
+    ("python", "python blocks run as their page's downloadable script"),
+    ("python, on veRL", "python blocks run on veRL, one by one in the test process"),
     ("output", "output blocks compared"),
-    ("gpu-only python", "gpu-only python blocks"),
+    ("gpu-only python", "gpu-only python blocks, in the script where CUDA is present"),
     ("console", "console blocks run, each command's output compared"),
     ("bash", "bash blocks run"),
     ("file", "file blocks written for the commands that use them"),

@@ -1,16 +1,20 @@
-"""Python, output and data blocks: how each is run or checked.
+"""Python, output and data blocks: what each holds, and how it is checked.
 
-``python`` blocks run with ``exec`` in the page's namespace, with their printed
-output captured. ``output`` blocks are compared (``match.py``) with what the
-python or bash block above them printed. ``data`` blocks are parsed. The rules
-a page follows are in ``collect.py``; how pytest collects them, in ``plugin.py``.
+``python`` blocks run as their page's script (``page_scripts.py``); only under
+``--backend=verl`` (``on_verl.py``) do they run here, with :func:`run_python`, in the
+test process. ``output`` blocks are compared (``match.py``) with what the python or bash
+block above them printed. ``data`` blocks are parsed. The rules a page follows are in
+``tools/page_blocks.py``; how pytest collects them, in ``plugin.py``.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import io
 import json
 import re
+import subprocess
 import sys
 from contextlib import redirect_stdout
 from dataclasses import dataclass
@@ -33,14 +37,27 @@ except ModuleNotFoundError:  # Python 3.10
 RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((raylet|pid=\d+|\w+ pid=\d+)\)")
 
 
+@functools.cache
+def cuda_available() -> bool:
+    """Do ``gpu`` blocks run here? Asked once, of a fresh interpreter, the page scripts' own.
+
+    Not imported here: torch cannot be imported twice in one process, and the harness's
+    self-tests (pytester) drop what a test run imported.
+    """
+    if importlib.util.find_spec("torch") is None:
+        return False
+    probe = "import torch; print(torch.cuda.is_available())"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    return done.stdout.strip() == "True"
+
+
 @dataclass
 class PythonBlock:
     """A python block. ``printed`` is what its last run wrote to stdout (None: not run)."""
 
     source: str
-    gpu: bool = False  # marked `<!-- block: gpu -->`: runs only where CUDA is present
-    number: int = 0  # among the page's (non-gpu) python blocks, from 1
-    in_script: bool = False  # run as part of the page's script (page_scripts.py)
     printed: str | None = None
 
 
@@ -68,6 +85,7 @@ class Problem:
 
 
 def run_python(example) -> None:
+    """Run a block in the test process, in the page's namespace (``--backend=verl`` only)."""
     block: PythonBlock = example.parsed
     block.printed = None
     # Leading newlines make tracebacks point at the right line of the .md file.
@@ -83,24 +101,13 @@ def run_python(example) -> None:
     block.printed = "".join(kept)
 
 
-def run_gpu_python(example) -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
-    run_python(example)
-
-
 def check_output(example) -> str | None:
     expected: ExpectedOutput = example.parsed
     if expected.source_block is None:
         return "an `output` block must come right after a `python` or `bash` block"
     printed = expected.source_block.printed
-    if printed is None and getattr(expected.source_block, "gpu", False):
-        import torch
-
-        if not torch.cuda.is_available():
-            pytest.skip("shows what a gpu block printed: torch.cuda.is_available() is False here")
+    if printed is None and getattr(expected.source_block, "gpu", False) and not cuda_available():
+        pytest.skip("shows what a gpu block printed: torch.cuda.is_available() is False here")
     if printed is None:
         return "the python block above this output did not run, or it failed"
     if matches(expected.text, printed):

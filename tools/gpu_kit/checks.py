@@ -92,29 +92,26 @@ def run_check(name: str, command: list[str], cap_s: float, results: Path) -> dic
 def gpu_pages() -> tuple[list[str], list[str]]:
     """The English pages with ``gpu`` blocks, and the pytest ids of the blocks to leave out.
 
-    A page runs up to the end of the section (the next heading) that holds its last ``gpu``
-    block: what the GPU blocks need, and the section's other blocks, which may take a GPU path
-    too (the errata's E01 correction). The blocks after that run on CI; here they could only
-    fail for the kit's own gaps (its Ray has no dashboard, which ``ray list`` needs).
+    A page's items are checked up to the end of the section (the next heading) that holds its
+    last ``gpu`` block: what the GPU blocks need, and the section's other blocks, which may
+    take a GPU path too (the errata's E01 correction). The page's script may run on past that
+    point, but the items after it are left out: they run on CI, and here they could only fail
+    for the kit's own gaps (its Ray has no dashboard, which ``ray list`` needs).
     """
-    if str(ROOT) not in sys.path:  # run as a script, from anywhere: the harness's page model
-        sys.path.insert(0, str(ROOT))
-    from sybil import Document
-
-    from tests.docblocks.collect import census, item_id
+    if str(ROOT / "tools") not in sys.path:  # run as a script, from anywhere: the page model
+        sys.path.insert(0, str(ROOT / "tools"))
+    import page_blocks
 
     pages, after = [], []
     for page in sorted((ROOT / "docs").rglob("*.md")):
-        if ".zh." in page.name:
+        if page_blocks.language(page) != "en":
             continue
         text = page.read_text(encoding="utf-8")
-        document = Document(text, str(page))
-        blocks = list(census(document))
-        regions = [region for region, _ in blocks]
-        gpu = [region for region, verdict in blocks if verdict.kind == "gpu"]
+        found = page_blocks.blocks(page)
+        gpu = [block for block in found if block.kind == "gpu"]
         if not gpu:
             continue
-        inside = [(region.start, region.end) for region in regions]
+        inside = [(block.start, block.end) for block in found]
         headings = (
             match.start()
             for match in re.finditer(r"^#{1,6} ", text, re.MULTILINE)
@@ -123,9 +120,9 @@ def gpu_pages() -> tuple[list[str], list[str]]:
         cut = next(headings, len(text))
         name = str(page.relative_to(ROOT))
         pages.append(name)
-        for region in regions:
-            if region.start > cut:
-                after.append(item_id(name, document, region))
+        for block in found:
+            if block.start > cut:
+                after.append(page_blocks.item_id(name, block))
     return pages, after
 
 
