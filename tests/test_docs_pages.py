@@ -56,10 +56,30 @@ def test_every_rendered_block_is_accounted_for(page, renderer):
     assert not unmarked, f"{rel(page)}: unmarked blocks {unmarked}"
 
 
-def test_the_site_runs_code():
-    kinds = [block.kind for page in ALL_PAGES for block in blocks(page)]
-    assert kinds.count("python") >= 100
-    assert kinds.count("output") >= 80
+# The pages with no block that runs, each with the reason. Any other page must run code: a
+# page whose blocks were all turned into illustrations (or lost to a lexer bug) fails below.
+WITHOUT_CODE = {
+    "api/dataproto.md": "generated from reference_impl's docstrings (mkdocstrings)",
+    "api/index.md": "the API reference's contents",
+    "api/parallelism.md": "generated from reference_impl's docstrings (mkdocstrings)",
+    "api/rlhf.md": "generated from reference_impl's docstrings (mkdocstrings)",
+    "api/single-controller.md": "generated from reference_impl's docstrings (mkdocstrings)",
+    "faq.md": "short answers that link to the pages that run them",
+    "glossary.md": "terms",
+    "inside-ray/then-and-now.md": "the 2018 paper against today's Ray, with sources",
+    "troubleshooting/index.md": "the index of messages; each entry runs on its own page",
+    "verl/differences.md": "the table of differences; tests/upstream runs each row on veRL",
+    "whats-new.md": "what changed since veRL 0.8 and older Ray releases, with sources",
+}
+RUNS = {"python", "gpu", "console", "bash"}
+
+
+def test_every_page_runs_code_unless_listed_without():
+    without = {rel(p) for p in EN_PAGES if not {b.kind for b in blocks(p)} & RUNS}
+    assert without == set(WITHOUT_CODE), (
+        f"pages without code that runs, not listed: {sorted(without - set(WITHOUT_CODE))}; "
+        f"listed but running code: {sorted(set(WITHOUT_CODE) - without)}"
+    )
 
 
 @pytest.mark.parametrize("page", EN_PAGES, ids=rel)
