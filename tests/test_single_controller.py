@@ -267,7 +267,7 @@ def batch(n):
     return DataProto.from_dict({"x": torch.arange(n, dtype=torch.float32)})
 
 
-def test_two_process_cpu_pool_fits_a_small_machine(shared):
+def test_each_rank_of_a_two_rank_group_gets_its_variables_and_one_master(shared):
     wg = shared
     assert wg.world_size == 2
     ids = wg.identity()
