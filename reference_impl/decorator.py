@@ -23,16 +23,19 @@ with two deliberate differences, documented in the veRL chapter:
 
 * ``Dispatch.RANK_ZERO`` works: veRL declares it but has no dispatch entry for
   it, so ``@register(Dispatch.RANK_ZERO)`` raises ``KeyError`` when the group is
-  built.
+  built. Its execute mode is ``Execute.RANK_ZERO``; asking for ``Execute.ALL`` with it
+  is an error.
 * The registration is stored in a :class:`Registration` dataclass under the
   plain attribute name ``registration``, not a magic attribute name.
 
 Dispatch functions take ``(worker_group, *args, **kwargs)`` and return
 ``(args, kwargs)``; the group then applies veRL's argument rule (if every
 value is a list of length ``world_size``, rank ``i`` receives element ``i``;
-otherwise all ranks receive the values as they are). Collect functions take
-``(worker_group, outputs)``: the per-rank results in rank order, or, with
-``Execute.RANK_ZERO``, rank 0's result alone (as in veRL).
+otherwise all ranks receive the values as they are). With ``Execute.RANK_ZERO`` the rule
+does not apply: rank 0 receives the dispatched arguments as they are, lists included, as
+veRL's ``execute_rank_zero`` passes them. Collect functions take ``(worker_group,
+outputs)``: the per-rank results in rank order, or, with ``Execute.RANK_ZERO``, rank 0's
+result alone (as in veRL).
 """
 
 from __future__ import annotations
@@ -75,13 +78,10 @@ class DispatchError(ValueError):
     """A group call's arguments do not fit its dispatch mode (e.g. a list of the wrong length)."""
 
 
-def _broadcast(world_size: int, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return tuple([a] * world_size for a in args), {k: [v] * world_size for k, v in kwargs.items()}
-
-
 def dispatch_one_to_all(worker_group, *args, **kwargs):
     """Every rank gets the same arguments."""
-    return _broadcast(worker_group.world_size, args, kwargs)
+    n = worker_group.world_size
+    return tuple([a] * n for a in args), {k: [v] * n for k, v in kwargs.items()}
 
 
 def dispatch_all_to_all(worker_group, *args, **kwargs):
@@ -90,8 +90,8 @@ def dispatch_all_to_all(worker_group, *args, **kwargs):
 
 
 def dispatch_rank_zero(worker_group, *args, **kwargs):
-    """Rank 0 gets the arguments as given (used with ``Execute.RANK_ZERO``)."""
-    return _broadcast(worker_group.world_size, args, kwargs)
+    """Rank 0 gets the arguments as given (with ``Execute.RANK_ZERO``, which only it runs)."""
+    return args, kwargs
 
 
 def collect_all_to_all(worker_group, outputs: list) -> list:
@@ -274,7 +274,7 @@ def _materialize(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def register(
     dispatch_mode: Dispatch | dict = Dispatch.ALL_TO_ALL,
-    execute_mode: Execute = Execute.ALL,
+    execute_mode: Execute | None = None,
     blocking: bool = True,
     materialize_futures: bool = True,
 ):
@@ -283,7 +283,9 @@ def register(
     Args:
         dispatch_mode: a :class:`Dispatch` member, or a custom mode
             ``{"dispatch_fn": f, "collect_fn": g}`` (see module docstring).
-        execute_mode: :class:`Execute.ALL` or :class:`Execute.RANK_ZERO`.
+        execute_mode: :class:`Execute.ALL` or :class:`Execute.RANK_ZERO`. Left out
+            (None), ``Execute.RANK_ZERO`` for ``Dispatch.RANK_ZERO`` and ``Execute.ALL``
+            for every other mode, which is veRL's default.
         blocking: if False, the group method returns futures (``ObjectRef`` s,
             or a ``DataProtoFuture`` for ``DP_COMPUTE_PROTO``) instead of values;
             they can be passed straight into the next group call.
@@ -295,14 +297,22 @@ def register(
     ``register``).
 
     Raises:
-        DispatchError: at decoration time, for an unknown dispatch mode.
+        DispatchError: at decoration time, for an unknown dispatch mode, or for
+            ``Dispatch.RANK_ZERO`` with ``Execute.ALL`` (its data is for rank 0 only).
         TypeError: for an execute mode that is not an :class:`Execute`.
     """
     dispatch_mode_fns(dispatch_mode)  # fail at decoration time, not at the first call
+    rank_zero = dispatch_mode is Dispatch.RANK_ZERO
+    if execute_mode is None:
+        execute_mode = Execute.RANK_ZERO if rank_zero else Execute.ALL
     if not isinstance(execute_mode, Execute):
         raise TypeError(f"execute_mode must be an Execute member, got {execute_mode!r}")
-    if dispatch_mode is Dispatch.RANK_ZERO:
-        execute_mode = Execute.RANK_ZERO  # data for rank 0 only: only rank 0 runs
+    if rank_zero and execute_mode is not Execute.RANK_ZERO:
+        raise DispatchError(
+            "Dispatch.RANK_ZERO sends the arguments to rank 0 only, so only rank 0 can run "
+            f"the method, not {execute_mode}: leave execute_mode out, or pass "
+            "Execute.RANK_ZERO"
+        )
 
     def decorator(method):
         # An ``async def`` method keeps a coroutine wrapper: Ray runs an actor with one as an

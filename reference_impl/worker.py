@@ -48,8 +48,6 @@ import os
 import socket
 from datetime import timedelta
 
-import ray
-
 
 def free_port(host: str) -> str:
     """A TCP port that is free on ``host`` now (bound to port 0 and released), as a string.
@@ -149,14 +147,3 @@ class Worker:
     def get_master_addr_port(self) -> tuple[str, str]:
         """The group's rendezvous address and port, ``(MASTER_ADDR, MASTER_PORT)``, as in veRL."""
         return self.master_addr, self.master_port
-
-    def get_node_id(self) -> str:
-        """The Ray node this worker runs on. veRL asks a worker for it, and for
-        :meth:`get_cuda_visible_devices`, to start another next to it
-        (``verl/single_controller/ray/base.py`` (``RayClassWithInitArgs.__call__``),
-        ``sharing_with``)."""
-        return ray.get_runtime_context().get_node_id()
-
-    def get_cuda_visible_devices(self) -> str:
-        """The ``CUDA_VISIBLE_DEVICES`` Ray set for this actor ("" on a CPU pool)."""
-        return os.environ.get("CUDA_VISIBLE_DEVICES", "")

@@ -432,9 +432,7 @@ class RayWorkerGroup:
             )
         per_rank_args, per_rank_kwargs = mode.dispatch_fn(self, *args, **kwargs)
         if registration.execute_mode is Execute.RANK_ZERO:
-            if self._split_rule(per_rank_args, per_rank_kwargs):  # rank 0's share
-                per_rank_args = tuple(a[0] for a in per_rank_args)
-                per_rank_kwargs = {k: v[0] for k, v in per_rank_kwargs.items()}
+            # Rank 0 gets the dispatched arguments as they are, unsplit, as in veRL.
             ref = self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)
             # Collect gets rank 0's result alone, as in veRL.
             output = ref if not registration.blocking else self.get([ref], name)[0]

@@ -163,7 +163,8 @@ class Accumulator(Worker):
         execute_mode=Execute.RANK_ZERO,
     )
     def first_share(self, x):
-        """Each rank's share differs; with Execute.RANK_ZERO only rank 0's runs."""
+        """Rank 0 alone runs, and gets what the dispatch built, unsplit (as in veRL:
+        tests/upstream/test_differences_groups.py pins it there)."""
         return (self.rank, x)
 
     @register(Dispatch.RANK_ZERO)
@@ -306,7 +307,7 @@ def test_dispatch_modes(pool):
     assert wg.add_each([1, 2]) == [11, 13]
     assert wg.rank_zero_only(7) == (0, 7)
     assert wg.rank_zero_implied(7) == (0, 7)  # one result, rank 0's, not a list of two
-    assert wg.first_share(1) == (0, 1)  # rank 0's own share (rank 1's would be 11)
+    assert wg.first_share(1) == (0, [1, 11])  # the dispatched list, whole, on rank 0 only
     assert wg.scaled([5, 5]) == [5, 10]
     assert wg.custom(100) == 201
     out = wg.double(batch(4))
@@ -353,6 +354,17 @@ def test_unknown_dispatch_mode_fails_at_decoration():
         register("DP_COMPUTE_PROTOO")
     with pytest.raises(DispatchError, match="collect_fn"):
         register({"dispatch_fn": collect_all_to_all})
+
+
+def test_rank_zero_dispatch_with_every_rank_executing_is_refused():
+    # Dispatch.RANK_ZERO's data is for rank 0 alone: an explicit Execute.ALL is refused,
+    # not silently replaced; left out, the execute mode is Execute.RANK_ZERO.
+    with pytest.raises(DispatchError, match="only rank 0 can run the method, not Execute.ALL"):
+        register(Dispatch.RANK_ZERO, execute_mode=Execute.ALL)
+    assert register(Dispatch.RANK_ZERO)(lambda self: 0).registration.execute_mode is (
+        Execute.RANK_ZERO
+    )
+    assert register(Dispatch.ONE_TO_ALL)(lambda self: 0).registration.execute_mode is Execute.ALL
 
 
 def test_materialize_futures_false_hands_the_method_the_future_itself(shared):

@@ -1,6 +1,7 @@
 """Pins, against veRL 0.9.1 itself, the rows of docs/verl/differences.md for worker-groups.md,
 and checks the table itself: each row names a pin test that exists, and the page's import
-table is the switch that ``--backend=verl`` applies (``backend.VERL_NAMES``).
+table is the switch that ``--backend=verl`` applies (``backend.VERL_NAMES``). The last test
+pins a behaviour that reference_impl shares with veRL, and once did not.
 
 When veRL changes one of these behaviours, its test fails and the row must be revisited.
 """
@@ -17,6 +18,7 @@ import torch
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import (
     Dispatch,
+    Execute,
     _split_args_kwargs_data_proto_with_auto_padding,
     dispatch_dp_compute,
     get_predefined_dispatch_fn,
@@ -97,3 +99,24 @@ def test_verl_dead_worker_surfaces_as_actor_died_error(local_ray):
     with pytest.raises(ray.exceptions.ActorDiedError) as caught:
         group.step()
     assert "Fragile" not in type(caught.value).__name__
+
+
+def test_verl_execute_rank_zero_gives_rank_zero_the_dispatched_arguments_whole(local_ray):
+    """Not a difference: with Execute.RANK_ZERO, rank 0 gets what the dispatch function built,
+    lists included, unsplit (``execute_rank_zero`` passes them on). reference_impl does the
+    same: ``first_share`` in tests/test_single_controller.py."""
+
+    class Shares(Worker):
+        @register(
+            {
+                "dispatch_fn": lambda wg, x: (([x + 10 * i for i in range(wg.world_size)],), {}),
+                "collect_fn": lambda wg, out: out,
+            },
+            execute_mode=Execute.RANK_ZERO,
+        )
+        def first_share(self, x):
+            return (self.rank, x)
+
+    pool = RayResourcePool([2], use_gpu=False, max_colocate_count=1)
+    group = RayWorkerGroup(pool, RayClassWithInitArgs(cls=ray.remote(Shares)))
+    assert group.first_share(1) == (0, [1, 11])
