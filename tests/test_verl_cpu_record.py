@@ -84,3 +84,68 @@ def test_the_cpu_run_on_the_page_is_the_recorded_run(page):
     text = section(page)
     missing = [pattern for pattern in figures() if not re.search(pattern, text)]
     assert not missing, f"{page.name}: not in the #cpu-run section: {missing}"
+
+
+TQ_PAGES = [
+    REPO / "docs" / "verl" / "transferqueue.md",
+    REPO / "docs" / "verl" / "transferqueue.zh.md",
+]
+
+
+def per_step_section(page: Path) -> str:
+    text = page.read_text(encoding="utf-8")
+    start = text.index("{#per-step}")
+    return text[start : text.index("\n## ", start)]
+
+
+def transferqueue_figures() -> list[str]:
+    """What docs/verl/transferqueue.md#per-step shows of run.json's "transferqueue": one row per
+    operation of GRPO's step 1, the totals of every step of both runs, and the token counts."""
+    grpo = json.loads((RECORD / "grpo.json").read_text())
+    ppo = json.loads((RECORD / "ppo.json").read_text())
+    step = grpo["transferqueue"]["steps"]["1"]
+    fields = step["fields"]
+    found = []
+    for operation in step["operations"]:
+        sizes = operation["bytes"]
+        tensors = sum(b for name, b in sizes.items() if fields[name]["kind"] != "object")
+        others = sum(b for name, b in sizes.items() if fields[name]["kind"] == "object")
+        cells = (
+            rf"^\| `{operation['process']}` \| `{operation['stage']}` \| {operation['op']}\b"
+            rf"[^|\n]*\| (?P<fields>[^|\n]*)\| {operation['rows']} \| {tensors} \| {others} \|$"
+        )
+        # a narrow read or write names its fields; a wide one gives their number
+        names = sorted(sizes) if len(sizes) <= 7 else [str(len(sizes))]
+        found.append((cells, names))
+    for run in (grpo, ppo):
+        for entry in run["transferqueue"]["steps"].values():
+            sizes = [
+                entry[f"{d}_{k}_bytes"] for d in ("written", "read") for k in ("tensor", "object")
+            ]
+            found.append((r"\| " + r" \| ".join(map(str, sizes)) + r" \|$", []))
+    tokens = fields["input_ids"]["written"] // 8  # int64 token ids, prompt and response
+    responses = fields["responses"]["written"] // 8
+    found.append((rf"\b{tokens} (tokens|个 token)", []))
+    found.append((rf"\b{responses} (of them response tokens|个是回复的 token)", []))
+    found.append((rf"\b{step['operations'][0]['rows']} (rows|行)", []))
+    return found
+
+
+@pytest.mark.parametrize("page", TQ_PAGES, ids=lambda p: p.name)
+def test_the_transferqueue_bytes_on_the_page_are_the_recorded_ones(page):
+    text = per_step_section(page)
+    missing = []
+    for pattern, names in transferqueue_figures():
+        match = re.search(pattern, text, re.M)
+        if match is None:
+            missing.append(pattern)
+        elif names:
+            cell = match.group("fields")
+            wanted = [name if name.isdigit() else f"`{name}`" for name in names]
+            missing += [f"{name} in {pattern}" for name in wanted if name not in cell]
+    assert not missing, f"{page.name}: not in the #per-step section: {missing}"
+    # every count of tokens in the section is the step's (the 16-token limit aside)
+    grpo = json.loads((RECORD / "grpo.json").read_text())
+    tokens = str(grpo["transferqueue"]["steps"]["1"]["fields"]["input_ids"]["written"] // 8)
+    counts = re.findall(r"\b(\d+) (?:tokens\b|个 token(?! 的上限))", text)
+    assert counts and set(counts) == {tokens}, (page.name, counts, tokens)

@@ -13,7 +13,9 @@ an environment that has veRL 0.9.1 and a CPU torch (README.md). It
    platform, the ``hfcpu`` rollout, and the probe that snapshots Ray's state mid-training;
 4. reads the Chrome trace veRL writes at the end (``ray_kwargs.timeline_json_file``) and
    counts the calls of each actor method;
-5. writes everything to OUT/run.json and prints the actors, the CPUs held and the ``step:N``
+5. collects what tqmeter.py measured in every process: the fields, rows and bytes of each put
+   into and get out of TransferQueue, summed per training step, stage, process and field;
+6. writes everything to OUT/run.json and prints the actors, the CPUs held and the ``step:N``
    lines. The exit code is not 0 if veRL's run failed, a step line is missing or the probe
    wrote no snapshot.
 
@@ -45,7 +47,8 @@ from .fixture import make_fixture
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 # Imported by `import verl` in every process of the run (verl/__init__.py).
-EXTERNAL_MODULES = ",".join(f"{__package__}.{name}" for name in ("platform", "rollout", "probe"))
+MODULES = ("platform", "rollout", "probe", "tqmeter")
+EXTERNAL_MODULES = ",".join(f"{__package__}.{name}" for name in MODULES)
 # Logical Ray CPUs. Not parallelism: Ray's bookkeeping. TransferQueue holds 1 + storage units
 # for the whole run, the trainer's placement group 3 per GPU, and the actors that keep Ray's
 # default (agent loop, reward loop, load balancer, rollout server) need 1 free CPU to be placed.
@@ -124,13 +127,14 @@ def overrides(args, fixture: dict[str, str], out: Path, temp_dir: str) -> list[s
     return items
 
 
-def environment(probe: Path, probe_step: int) -> dict[str, str]:
+def environment(probe: Path, probe_step: int, tq_log: Path) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
         VERL_PLATFORM="cpu",  # platform.py
         VERL_USE_EXTERNAL_MODULES=EXTERNAL_MODULES,
         VERL_CPU_PROBE=str(probe),  # probe.py
         VERL_CPU_PROBE_STEP=str(probe_step),
+        VERL_CPU_TQ_LOG=str(tq_log),  # tqmeter.py
         PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")])),
         # ray.init() without an address joins the last `ray start` cluster on the machine
         RAY_ADDRESS="local",
@@ -274,6 +278,76 @@ def resources(snapshot: dict | None) -> dict:
     return found
 
 
+TQ_MEASURE = (
+    "per put into / get out of TransferQueue (AsyncTransferQueueClient.async_put, async_get_data; "
+    "examples/verl_on_cpu/tqmeter.py): rows, and per field the bytes summed over its rows: "
+    "numel * element_size for a tensor, of the packed values for a jagged nested tensor (offsets "
+    "not counted), len(pickle.dumps(row, protocol=5)) per row for a non-tensor field (an "
+    "estimate). Step 0: the validation before training (partition 'val'); step k: the transfers "
+    "between the trainer's logs of steps k-1 and k. process: the class of the Ray actor whose "
+    "pid made the call, from the snapshot."
+)
+
+
+def transfers(folder: Path, snapshot: dict | None) -> dict:
+    """What tqmeter.py wrote in every process, summed per step, then per operation and per field.
+
+    An operation is one (stage, put or get, process): its calls, rows and bytes per field. A
+    field's ``written`` and ``read`` are its bytes summed over the step's operations.
+    """
+    lines = []
+    for path in sorted(folder.glob("*.jsonl")) if folder.exists() else []:
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    classes = {
+        a["pid"]: a["class_name"].rsplit(".", 1)[-1]
+        for a in (snapshot or {}).get("actors", [])
+        if a.get("pid") is not None
+    }
+    logged = sorted(x["t"] for x in lines if x.get("training"))  # ends of training steps
+    records = [x for x in lines if "op" in x]
+    errors = [x for x in records if "error" in x]
+    steps: dict[str, dict] = {}
+    for x in sorted((x for x in records if "error" not in x), key=lambda x: x["t"]):
+        step = 0 if x["partition"] == "val" else 1 + sum(t < x["t"] for t in logged)
+        process = classes.get(x["pid"], f"pid {x['pid']}")
+        entry = steps.setdefault(str(step), {"operations": {}, "fields": {}})
+        key = f"{x['stage']} {x['op']} {process}"
+        operation = entry["operations"].setdefault(
+            key,
+            {"stage": x["stage"], "op": x["op"], "process": process, "calls": 0, "rows": 0},
+        )
+        operation["calls"] += 1
+        operation["rows"] += x["rows"]
+        for name, f in x["fields"].items():
+            sizes = operation.setdefault("bytes", {})
+            sizes[name] = sizes.get(name, 0) + (f["bytes"] or 0)
+            field = entry["fields"].setdefault(
+                name, {"kind": f["kind"], "dtype": f["dtype"], "written": 0, "read": 0}
+            )
+            field.setdefault("rows_written", 0)
+            field["written" if x["op"] == "put" else "read"] += f["bytes"] or 0
+            field["rows_written"] += x["rows"] if x["op"] == "put" else 0
+            by = field.setdefault("written_by" if x["op"] == "put" else "read_by", [])
+            if f"{process}.{x['stage']}" not in by:
+                by.append(f"{process}.{x['stage']}")
+    for entry in steps.values():
+        entry["operations"] = list(entry["operations"].values())
+        entry["fields"] = dict(sorted(entry["fields"].items()))
+        for direction in ("written", "read"):
+            for kind in ("tensor", "object"):
+                entry[f"{direction}_{kind}_bytes"] = sum(
+                    f[direction]
+                    for f in entry["fields"].values()
+                    if (f["kind"] == "object") == (kind == "object")
+                )
+    return {
+        "measure": TQ_MEASURE,
+        "records": len(records),
+        "errors": errors[:10],
+        "steps": dict(sorted(steps.items(), key=lambda item: int(item[0]))),
+    }
+
+
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
@@ -313,6 +387,12 @@ def summarise(run: dict) -> str:
             + " - ".join(f"{k}:{v:.4g}" for k, v in s["metrics"].items() if k.startswith(SHOWN))
             for s in run["steps"]
         ),
+        *(
+            f"TransferQueue, step {step}: written {e['written_tensor_bytes']} B of tensors + "
+            f"{e['written_object_bytes']} B of objects, read {e['read_tensor_bytes']} B + "
+            f"{e['read_object_bytes']} B"
+            for step, e in run["transferqueue"].get("steps", {}).items()
+        ),
         f"process left behind: {len(run['left_behind'])}",
     ]
     return "\n".join(lines)
@@ -337,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("run.json", "snapshot.json", "timeline.json", "verl.log"):
         (out / stale).unlink(missing_ok=True)
+    tq_log = out / "tq"  # tqmeter.py: one file per process
+    shutil.rmtree(tq_log, ignore_errors=True)
+    tq_log.mkdir()
     fixture = make_fixture(out / "fixture")
     # Short: Ray's unix sockets live under it (a path over 107 bytes breaks them).
     temp_dir = tempfile.mkdtemp(prefix="vcpu-", dir="/tmp")
@@ -355,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         process = subprocess.Popen(
             command,
             cwd=out,
-            env=environment(out / "snapshot.json", probe_step),
+            env=environment(out / "snapshot.json", probe_step, tq_log),
             stdout=sink,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -397,8 +480,10 @@ def main(argv: list[str] | None = None) -> int:
         "resources": {},
         "calls": count_calls(out / "timeline.json"),
         "left_behind": left_behind,
+        "transferqueue": {},
     }
     run["resources"] = resources(run["snapshot"])
+    run["transferqueue"] = transfers(tq_log, run["snapshot"])
     (out / "run.json").write_text(json.dumps(run, indent=1, default=str))
     print(summarise(run))
     done = [s["step"] for s in run["steps"] if "training/global_step" in s["metrics"]]

@@ -226,6 +226,124 @@ def test_no_process_left_behind(run):
     assert alive == [], f"processes of the run still alive: {alive}"
 
 
+# What moves through TransferQueue (run.json's "transferqueue", measured by tqmeter.py). The
+# stages of a training step, as (process, stage, put or get), in the order they run, with the
+# fields each moves: the agent-loop workers write each trajectory (the fields listed are some of
+# them); each forward pass on the worker group reads its rows (ALL: every field stored so far,
+# the bridge does not narrow) and writes its per-token output; the controller (TaskRunnerV1)
+# reads that output, cuts it to the response tokens and writes it back; the updates only read.
+ALL = None
+ROLLOUT = ("AgentLoopWorkerTQ", "_agent_loop_postprocess", "put")
+ROLLOUT_FIELDS = {"uid", "prompts", "responses", "input_ids", "position_ids", "response_mask"}
+ROLLOUT_FIELDS |= {"rollout_log_probs", "rm_scores"}
+LOGPROB = {
+    ("WorkerDict", "compute_log_prob", "get"): ALL,
+    ("WorkerDict", "compute_log_prob", "put"): {"log_probs", "entropy"},
+    ("TaskRunnerV1", "_compute_old_log_prob", "get"): {
+        *("entropy", "log_probs", "response_mask", "responses", "rollout_log_probs")
+    },
+    ("TaskRunnerV1", "_compute_old_log_prob", "put"): {"old_log_probs", "entropy"},
+}
+ADVANTAGE = {"uid", "response_mask", "rm_scores", "rollout_log_probs", "old_log_probs"}
+METRICS = {"prompts", "responses", "response_mask", "advantages", "returns", "rm_scores"}
+METRICS |= {"num_turns"}
+TQ_STAGES = {
+    "grpo": {
+        ROLLOUT: ROLLOUT_FIELDS,
+        **LOGPROB,
+        ("WorkerDict", "compute_ref_log_prob", "get"): ALL,
+        ("WorkerDict", "compute_ref_log_prob", "put"): {"log_probs"},
+        ("TaskRunnerV1", "_compute_ref_log_prob", "get"): {"log_probs", "response_mask"},
+        ("TaskRunnerV1", "_compute_ref_log_prob", "put"): {"ref_log_prob"},
+        ("TaskRunnerV1", "_compute_advantage", "get"): ADVANTAGE | {"ref_log_prob"},
+        ("TaskRunnerV1", "_compute_advantage", "put"): {"advantages", "returns", "response_mask"},
+        ("WorkerDict", "update_actor", "get"): ALL,
+        ("TaskRunnerV1", "_compute_metrics", "get"): METRICS,
+    },
+    "ppo": {
+        ROLLOUT: ROLLOUT_FIELDS,
+        **LOGPROB,
+        ("WorkerDict", "infer_batch", "get"): ALL,
+        ("WorkerDict", "infer_batch", "put"): {"values"},
+        ("TaskRunnerV1", "_compute_values", "get"): {"values", "response_mask"},
+        ("TaskRunnerV1", "_compute_values", "put"): {"values"},
+        ("TaskRunnerV1", "_compute_advantage", "get"): ADVANTAGE | {"values"},
+        ("TaskRunnerV1", "_compute_advantage", "put"): {"advantages", "returns", "response_mask"},
+        ("WorkerDict", "train_mini_batch", "get"): ALL,
+        ("WorkerDict", "update_actor", "get"): ALL,
+        ("TaskRunnerV1", "_compute_metrics", "get"): METRICS | {"values"},
+    },
+}
+# Per-token outputs the controller writes back, one value per response token
+RESPONSE_TOKEN_FIELDS = {
+    "grpo": ("old_log_probs", "ref_log_prob", "advantages", "returns"),
+    "ppo": ("old_log_probs", "values", "advantages", "returns"),
+}
+ITEMSIZE = {"int64": 8, "float32": 4, "bfloat16": 2, "uint8": 1}
+MAX_RESPONSE_LENGTH = 16  # data.max_response_length in run.py
+
+
+def operations(entry: dict) -> dict[tuple, dict]:
+    return {(o["process"], o["stage"], o["op"]): o for o in entry["operations"]}
+
+
+def test_transferqueue_bytes_per_step(run):
+    """Every training step puts and gets the same fields, in the stages veRL's trainer runs, and
+    the token fields' bytes are the step's own token counts times their element size."""
+    tq = run["transferqueue"]
+    assert tq["errors"] == [] and tq["records"] > 0
+    steps = training_steps(run)
+    assert list(tq["steps"]) == ["0"] * run["validate"] + [str(s["step"]) for s in steps]
+    rows = PROMPTS_PER_STEP * RESPONSES_PER_PROMPT[run["algo"]]
+    first = tq["steps"]["1"]
+    for step in steps:
+        entry, metrics = tq["steps"][str(step["step"])], step["metrics"]
+        ops = operations(entry)
+        assert list(ops) == list(TQ_STAGES[run["algo"]]), step["step"]
+        stored: set[str] = set()
+        for key, expected in TQ_STAGES[run["algo"]].items():
+            moved = set(ops[key]["bytes"])
+            if key == ROLLOUT:
+                assert moved >= expected, (step["step"], expected - moved)
+            else:
+                assert moved == (stored if expected is ALL else expected), (step["step"], key)
+            if key[2] == "put":
+                stored |= moved
+        # the rollout writes each trajectory as it finishes: one put of one row each
+        assert ops[ROLLOUT]["calls"] == ops[ROLLOUT]["rows"] == rows
+        assert all(o["rows"] == rows for o in entry["operations"]), step["step"]
+        assert set(entry["fields"]) == set(first["fields"]), step["step"]
+        # token ids: int64, one per token; the step line gives the mean lengths
+        written = ops[ROLLOUT]["bytes"]
+        responses = round(metrics["response_length/mean"] * rows)
+        prompts = round(metrics["prompt_length/mean"] * rows)
+        assert written["responses"] == 8 * responses <= 8 * rows * MAX_RESPONSE_LENGTH
+        assert written["prompts"] == 8 * prompts
+        assert written["input_ids"] == written["position_ids"] == 8 * (prompts + responses)
+        fields = entry["fields"]
+        # a forward pass writes one value per token of the sequence, prompt and response; the
+        # controller writes back one per response token
+        for (process, stage, op), operation in ops.items():
+            if op != "put" or process not in ("WorkerDict", "TaskRunnerV1"):
+                continue
+            tokens = responses if process == "TaskRunnerV1" else prompts + responses
+            for name, size in operation["bytes"].items():
+                expected = tokens * ITEMSIZE[fields[name]["dtype"]]
+                assert size == expected, (step["step"], stage, name)
+        for name in RESPONSE_TOKEN_FIELDS[run["algo"]]:
+            assert fields[name]["kind"] == "jagged", name
+        assert stored == set(fields)  # every field was written in this step
+
+
+def test_transferqueue_validation_pass(run):
+    if not run["validate"]:
+        pytest.skip("no validation pass in this run")
+    ops = operations(run["transferqueue"]["steps"]["0"])
+    # one greedy response per test prompt, read back by the controller to score them
+    assert list(ops) == [ROLLOUT, ("TaskRunnerV1", "_validate", "get")]
+    assert ops[ROLLOUT]["rows"] == ops[ROLLOUT]["calls"] == VALIDATION_PROMPTS
+
+
 RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run"
 
 
@@ -251,3 +369,13 @@ def test_the_run_matches_the_record_the_chapter_shows(run):
         return {name: n for name, n in calls.items() if name.endswith(shown)}
 
     assert tabulated(run["calls"]) == tabulated(record["calls"])
+    # what goes through TransferQueue: the same stages and fields every step (the bytes follow
+    # the lengths sampled, and transferqueue.md#per-step shows the record's)
+
+    def transfers(r: dict) -> dict:
+        return {
+            step: (sorted(operations(entry)), sorted(entry["fields"]))
+            for step, entry in r["transferqueue"]["steps"].items()
+        }
+
+    assert transfers(run) == transfers(record)
