@@ -85,6 +85,81 @@ EXTRAS = tomllib.loads(Path("pyproject.toml").read_text())["project"]["optional-
 DOCS_TOOLS = EXTRAS["docs"]
 
 
+# Two more interpreters with Ray 2.60.0, for the version-mismatch entry of
+# docs/troubleshooting/connect.md: a driver or node whose Python differs from the cluster's.
+# OTHER_PYTHON has another minor version, PATCH_PYTHON the same minor version and another patch
+# level. They are made here, at install time; the page reads the two variables and fails with
+# a message when they are missing (a test run never downloads).
+OTHER_PYTHONS = Path(".nox") / "other-pythons"
+
+
+def python_candidates() -> list[Path]:
+    """Interpreters installed on this machine: pyenv's versions, then the system's."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = sorted(pyenv.glob("3.*/bin/python3"))
+    found += sorted(Path("/usr/bin").glob("python3.[0-9]*"))
+    return [p for p in found if re.fullmatch(r"python3(\.\d+)?", p.name)]
+
+
+def version_of(python: Path) -> tuple[int, ...] | None:
+    if not python.exists():
+        return None
+    done = subprocess.run(
+        [str(python), "-c", "import sys; print(*sys.version_info[:3])"],
+        capture_output=True,
+        text=True,
+    )
+    return tuple(int(v) for v in done.stdout.split()) if done.returncode == 0 else None
+
+
+def other_pythons(session: nox.Session) -> dict[str, str]:
+    """Make OTHER_PYTHON and PATCH_PYTHON (see above); returns the variables to export."""
+    ours = tuple(
+        int(v)
+        for v in session.run(
+            "python", "-c", "import sys; print(*sys.version_info[:3])", silent=True
+        ).split()
+    )
+    wanted = {
+        # Ray 2.60.0 has wheels for Python 3.10 to 3.13.
+        "OTHER_PYTHON": lambda v: v[:2] != ours[:2] and (3, 10) <= v[:2] <= (3, 13),
+        "PATCH_PYTHON": lambda v: v[:2] == ours[:2] and v != ours,
+    }
+    if shutil.which("uv") is None:
+        session.error("uv is needed to make OTHER_PYTHON and PATCH_PYTHON: pip install uv")
+    versions = {p: version_of(p) for p in python_candidates()}
+    # The nearest minor version first, the newer of two equally near: 3.12 for a 3.11 session.
+    nearest = sorted(
+        (p for p, v in versions.items() if v),
+        key=lambda p: (abs(versions[p][1] - ours[1]), -versions[p][1]),
+    )
+    exported = {}
+    for name, fits in wanted.items():
+        base = next((p for p in nearest if fits(versions[p])), None)
+        if base is None:
+            found = sorted(filter(None, versions.values()))
+            session.error(f"{name}: no Python here fits (this session runs {ours}; found {found})")
+        venv = OTHER_PYTHONS / name.lower()
+        python = venv / "bin" / "python"
+        if version_of(python) != versions[base]:
+            session.run(
+                "uv", "venv", "-q", "--clear", "--python", str(base), str(venv), external=True
+            )
+        session.run(
+            "uv",
+            "pip",
+            "install",
+            "-q",
+            "--python",
+            str(python),
+            *CONSTRAINTS,
+            "ray[default]==2.60.0",
+            external=True,
+        )
+        exported[name] = str(python.absolute())  # not resolve(): a venv's python is a symlink
+    return exported
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Run every doc block (docs/) and every test (tests/): the parallel pass and the shell pages.
@@ -100,6 +175,7 @@ def tests(session: nox.Session) -> None:
     # E06 once printed an ImportError that TRL's dependencies, from `bench`, made go away).
     session.install(*CONSTRAINTS, "-e", ".[test,docs,rlhf,bench,browser,verl]")
     session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    session.env.update(other_pythons(session))
     if not session.posargs:
         session.run("python", "-m", "tests.passes")
         return

@@ -76,6 +76,8 @@ TROUBLESHOOTING_IDS = [
     "T12-env-var-not-in-workers",
     "T13-repeated-across-cluster",
     "T14-debugger-in-a-worker",
+    "T15-version-mismatch",
+    "T16-verl-joined-another-cluster",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
