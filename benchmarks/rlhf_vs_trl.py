@@ -1,7 +1,8 @@
 """Our GRPO pipeline against TRL's ``GRPOTrainer`` on one task for equal wall time, in one run.
 
     python benchmarks/rlhf_vs_trl.py [--seconds 90] [--world-size 2] [--quick] [--plot PNG]
-                                     [--trl-threads N] [--trl-first]
+                                     [--trl-threads N] [--trl-first] [--record DIR]
+    python benchmarks/rlhf_vs_trl.py --redraw DIR --plot PNG
 
 What is compared: RL on the digit-sum task (:mod:`reference_impl.rlhf.task`) with
 GRPO, run for the same wall-clock budget by
@@ -52,6 +53,16 @@ default) slows down far more than single-threaded ones when other processes take
 cores, as its OpenMP threads wait for each other: the table prints the load average, and
 ``--trl-threads 1`` gives TRL one thread like each of our workers (steadier on a busy
 machine, somewhat slower on an idle one).
+
+Output: the table and its ratios on stdout. ``--plot PNG`` draws both reward curves
+against seconds of RL into ``PNG`` with English labels and into its twin ``x.zh.png``
+with Chinese ones (a font of ``CJK_FONTS`` in :mod:`reference_impl.rlhf.metrics` must be
+installed, else the twin is skipped with a note). ``--record DIR`` keeps what the table
+and the charts are made of: ``DIR/report.txt``, the printed table, and
+``DIR/record.json``, the date, the CPU count, the budget and, for each run, its name in
+both languages, its figures and its per-step curve (seconds of RL at the end of each
+step, that step's score, and the mean of the last ``LAST`` scores). ``--redraw DIR
+--plot PNG`` draws both charts from such a record without running anything.
 """
 
 from __future__ import annotations
@@ -65,6 +76,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
+import json
 import math
 import tempfile
 import time
@@ -74,7 +86,7 @@ import ray
 import torch
 
 from reference_impl.rlhf.config import RLHFConfig, make_config
-from reference_impl.rlhf.metrics import read_metrics
+from reference_impl.rlhf.metrics import chinese_font_rc, read_metrics
 from reference_impl.rlhf.model import build_actor, load_model, qwen2_config
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
@@ -89,6 +101,7 @@ class Run:
     """What one system did; times in seconds."""
 
     name: str
+    name_zh: str  # the chart's legend on the Chinese page
     warmup_s: float = 0.0
     warmup_loss: float = math.nan
     steps: int = 0
@@ -118,9 +131,27 @@ class Run:
         window = self.scores[max(0, step - LAST) : step]
         return sum(window) / len(window)
 
-    def curve(self) -> tuple[list[float], list[float]]:
-        """(seconds of RL at the end of each step, that step's critic/score/mean)."""
-        return [end - self.first_start for end in self.ends], self.scores
+    def record(self) -> dict:
+        """Its name, figures and per-step curve, as ``--record`` writes them."""
+        return {
+            "name": self.name,
+            "name_zh": self.name_zh,
+            "warmup_s": self.warmup_s,
+            "warmup_loss": self.warmup_loss,
+            "rl_s": self.rl_s,
+            "steps": self.steps,
+            "completions": self.completions,
+            "tokens": self.tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "reward": self.reward,
+            "exact_match": self.exact_match,
+            "load": self.load,
+            # per RL step: seconds of RL at its end, its critic/score/mean, and the mean
+            # of the last LAST scores (the chart's bold line)
+            "seconds": [end - self.first_start for end in self.ends],
+            "scores": self.scores,
+            "reward_at": [self.reward_at(step) for step in range(1, self.steps + 1)],
+        }
 
     @property
     def exact_match(self) -> float:
@@ -141,7 +172,11 @@ class TimedTrainer(RLHFTrainer):
 
 
 def run_ours(config: RLHFConfig) -> Run:
-    run = Run(f"ours (Ray, {config.world_size} workers x 1 thread)")
+    workers = config.world_size
+    run = Run(
+        f"ours (Ray, {workers} workers x 1 thread)",
+        f"我们的流水线（Ray，{workers} 个 Worker × 1 个线程）",
+    )
     # One logical CPU per worker even where the machine has fewer cores, as __main__ does.
     ray.init(num_cpus=max(os.cpu_count() or 1, config.world_size), include_dashboard=False)
     trainer = TimedTrainer(config)
@@ -241,7 +276,10 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
     if threads:
         torch.set_num_threads(threads)
     count = torch.get_num_threads()
-    run = Run(f"TRL GRPOTrainer (1 process, {count} thread{'s' if count > 1 else ''})")
+    run = Run(
+        f"TRL GRPOTrainer (1 process, {count} thread{'s' if count > 1 else ''})",
+        f"TRL GRPOTrainer（1 个进程，{count} 个线程）",
+    )
     tokenizer, task = CharTokenizer(), DigitSumTask(num_digits=config.num_digits)
     hf_tokenizer = char_tokenizer_for_hf(tokenizer)
     for target in range(task.max_target + 1):
@@ -376,26 +414,26 @@ def run_trl(config: RLHFConfig, seconds: float, workdir: str, threads: int = 0) 
 # --- the table ------------------------------------------------------------------------
 
 
-def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> None:
-    print(
+def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> list[str]:
+    """The table and the ratios, one printed line each."""
+    lines = [
         f"GRPO on digit-sum, {seconds:g} s of RL each: {config.train_batch_size} prompts x "
         f"{config.n} completions per step, mini-batches of {config.ppo_mini_batch_size} prompts "
         f"({config.mini_batch_responses} completions), "
         f"{config.ppo_epochs} epochs, {config.max_new_tokens} new tokens"
-    )
+    ]
     width = max(len(ours.name), len(trl.name))
-    header = (
+    lines.append(
         f"{'system':<{width}} {'warm-up s':>9} {'warm-up loss':>12} {'RL s':>7} {'RL steps':>8} "
         f"{'completions':>11} {'tokens/s':>9} {'reward':>7} {'exact':>6} {'load':>5}"
     )
-    print(header)
     for run in (ours, trl):
-        print(
+        lines.append(
             f"{run.name:<{width}} {run.warmup_s:>9.1f} {run.warmup_loss:>12.4f} {run.rl_s:>7.1f} "
             f"{run.steps:>8d} {run.completions:>11d} {run.tokens_per_s:>9.0f} "
             f"{run.reward:>7.3f} {run.exact_match:>6.3f} {run.load:>5.1f}"
         )
-    print(
+    lines.append(
         f"(reward, exact: critic/score/mean and exact match over the last {LAST} RL steps; "
         f"load: 1-minute load average at the end of RL on {os.cpu_count()} CPUs)"
     )
@@ -404,47 +442,80 @@ def report(ours: Run, trl: Run, config: RLHFConfig, seconds: float) -> None:
         # Each of our workers runs one torch thread; TRL's process runs one per core unless
         # --trl-threads says otherwise, and multi-threaded kernels stall when other
         # processes take their cores.
-        print(
+        lines.append(
             f"note: the load average reached {max(ours.load, trl.load):.1f} on {cpus} CPUs; "
             "other processes competed for the CPUs, so these ratios do not compare the systems"
         )
-    print(f"ours/TRL tokens/s: {ours.tokens_per_s / trl.tokens_per_s:.2f}x")
-    print(f"ours/TRL reward at equal wall time: {ours.reward / trl.reward:.2f}x")
+    lines.append(f"ours/TRL tokens/s: {ours.tokens_per_s / trl.tokens_per_s:.2f}x")
+    lines.append(f"ours/TRL reward at equal wall time: {ours.reward / trl.reward:.2f}x")
     # Separates sample efficiency from speed: the same number of RL steps, not seconds.
     both = min(ours.steps, trl.steps)
-    print(
+    lines.append(
         f"ours/TRL reward at equal RL steps ({both}): "
         f"{ours.reward_at(both) / trl.reward_at(both):.2f}x"
     )
     if trl.exact_match > 0:
-        print(f"ours/TRL exact match at equal wall time: {ours.exact_match / trl.exact_match:.2f}x")
+        ratio = ours.exact_match / trl.exact_match
+        lines.append(f"ours/TRL exact match at equal wall time: {ratio:.2f}x")
     else:
-        print("ours/TRL exact match at equal wall time: n/a (TRL's is 0)")
+        lines.append("ours/TRL exact match at equal wall time: n/a (TRL's is 0)")
+    return lines
 
 
-def plot_curves(ours: Run, trl: Run, path: str, title: str) -> None:
-    """Both reward curves against seconds of RL into ``path`` (PNG): each step's score, faint,
-    and its mean over the last ``LAST`` steps (the figure the ratios compare)."""
+# --- the charts -----------------------------------------------------------------------
+
+
+def zh_twin(path: str) -> str:
+    """``x.png`` -> ``x.zh.png``, the file the site serves to the Chinese page."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.zh{ext}"
+
+
+def plot_curves(record: dict, path: str, language: str = "en") -> None:
+    """Both reward curves of ``record`` against seconds of RL into ``path`` (PNG): each step's
+    score, faint, and its mean over the last ``LAST`` steps (the figure the ratios compare).
+
+    ``language="zh"`` labels it in Chinese (the metric name stays as it is logged), with
+    the first installed font of ``CJK_FONTS``; RuntimeError when none is installed.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
-    for run, color in ((ours, "tab:blue"), (trl, "tab:orange")):
-        seconds, scores = run.curve()
-        mean = [run.reward_at(step) for step in range(1, len(scores) + 1)]
-        ax.plot(seconds, scores, color=color, alpha=0.3, linewidth=0.8)
-        ax.plot(seconds, mean, color=color, label=f"{run.name}: {run.steps} steps")
-    ax.set_xlabel("seconds of RL (warm-up and start-up excluded)")
-    ax.set_ylabel(f"critic/score/mean (mean of {LAST} steps)")
-    ax.set_ylim(0, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    zh = language == "zh"
+    seconds, cpus, date, last = record["seconds"], record["cpus"], record["date"], record["last"]
+    if zh:
+        xlabel = "RL 的秒数（不含预热和启动）"
+        ylabel = f"critic/score/mean（最近 {last} 步的平均值）"
+        title = (
+            f"数字求和任务上的 GRPO，各跑 {seconds:g} s RL，{cpus} 个 CPU，{date}"
+            "（benchmarks/rlhf_vs_trl.py）"
+        )
+        labels = [f"{run['name_zh']}：{run['steps']} 步" for run in record["runs"]]
+    else:
+        xlabel = "seconds of RL (warm-up and start-up excluded)"
+        ylabel = f"critic/score/mean (mean of {last} steps)"
+        title = (
+            f"GRPO on digit-sum, {seconds:g} s of RL each, {cpus} CPUs, {date} "
+            "(benchmarks/rlhf_vs_trl.py)"
+        )
+        labels = [f"{run['name']}: {run['steps']} steps" for run in record["runs"]]
+    colors = ("tab:blue", "tab:orange")
+    with matplotlib.rc_context(chinese_font_rc() if zh else {}):
+        fig, ax = plt.subplots(figsize=(7, 3.8), dpi=100)
+        for run, label, color in zip(record["runs"], labels, colors, strict=True):
+            ax.plot(run["seconds"], run["scores"], color=color, alpha=0.3, linewidth=0.8)
+            ax.plot(run["seconds"], run["reward_at"], color=color, label=label)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="lower right", fontsize=8)
+        ax.set_title(title, fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -456,14 +527,33 @@ def main(argv: list[str] | None = None) -> int:
         "--trl-threads", type=int, default=0, help="torch threads for TRL (default: torch's)"
     )
     parser.add_argument(
-        "--plot", metavar="PNG", help="write both reward curves against wall time to this file"
+        "--plot",
+        metavar="PNG",
+        help="write both reward curves against wall time to this file, and in Chinese to x.zh.png",
     )
     parser.add_argument(
         "--trl-first",
         action="store_true",
         help="run TRL before ours (on a machine whose load drifts, alternate the order)",
     )
+    parser.add_argument(
+        "--record",
+        metavar="DIR",
+        help="keep the table and the curves in DIR (report.txt, record.json)",
+    )
+    parser.add_argument(
+        "--redraw", metavar="DIR", help="run nothing: draw --plot from DIR/record.json"
+    )
     args = parser.parse_args(argv)
+    if args.redraw:
+        if not args.plot:
+            parser.error("--redraw needs --plot")
+        with open(os.path.join(args.redraw, "record.json"), encoding="utf-8") as file:
+            record = json.load(file)
+        plot_curves(record, args.plot)
+        plot_curves(record, zh_twin(args.plot), language="zh")
+        print(f"reward curves: {args.plot}, {zh_twin(args.plot)}")
+        return 0
     seconds = 15.0 if args.quick else args.seconds
 
     with tempfile.TemporaryDirectory(prefix="rlhf_vs_trl_") as workdir:
@@ -482,15 +572,31 @@ def main(argv: list[str] | None = None) -> int:
         else:
             ours = run_ours(config)
             trl = run_trl(config, seconds, workdir, args.trl_threads)
-    report(ours, trl, config, seconds)
+    lines = report(ours, trl, config, seconds)
+    print("\n".join(lines))
+    record = {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "seconds": seconds,
+        "last": LAST,
+        "runs": [ours.record(), trl.record()],
+    }
+    if args.record:
+        os.makedirs(args.record, exist_ok=True)
+        with open(os.path.join(args.record, "report.txt"), "w", encoding="utf-8") as file:
+            file.write("\n".join(lines) + "\n")
+        with open(os.path.join(args.record, "record.json"), "w", encoding="utf-8") as file:
+            json.dump(record, file, indent=1, ensure_ascii=False)
+            file.write("\n")
+        print(f"record: {args.record}")
     if args.plot:
-        stamp = time.strftime("%Y-%m-%d")
-        title = (
-            f"GRPO on digit-sum, {seconds:g} s of RL each, {os.cpu_count()} CPUs, {stamp} "
-            f"(benchmarks/rlhf_vs_trl.py)"
-        )
-        plot_curves(ours, trl, args.plot, title)
+        plot_curves(record, args.plot)
         print(f"reward curves: {args.plot}")
+        try:
+            plot_curves(record, zh_twin(args.plot), language="zh")
+            print(f"reward curves in Chinese: {zh_twin(args.plot)}")
+        except RuntimeError as err:  # no CJK font: the run is not lost, the record can redraw
+            print(f"no Chinese chart: {err}")
     return 0
 
 

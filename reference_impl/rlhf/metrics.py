@@ -129,6 +129,24 @@ def read_metrics(path: str) -> list[dict]:
 CJK_FONTS = ("WenQuanYi Zen Hei", "Noto Sans CJK SC", "Source Han Sans SC", "SimHei")
 
 
+def chinese_font_rc() -> dict[str, object]:
+    """matplotlib settings that draw text with the first installed font of :data:`CJK_FONTS`.
+
+    Raises:
+        RuntimeError: when none of those fonts is installed.
+    """
+    from matplotlib import font_manager
+
+    installed = {font.name for font in font_manager.fontManager.ttflist}
+    cjk = [name for name in CJK_FONTS if name in installed]
+    if not cjk:
+        raise RuntimeError(
+            f"no font with Chinese glyphs: install one of {CJK_FONTS} "
+            "(e.g. apt-get install fonts-wqy-zenhei)"
+        )
+    return {"font.family": "sans-serif", "font.sans-serif": [cjk[0], "DejaVu Sans"]}
+
+
 def plot_reward_curve(path: str, out_png: str, title: str, language: str = "en") -> None:
     """Plot ``critic/score/mean`` and exact-match accuracy against the step into ``out_png``.
 
@@ -142,18 +160,8 @@ def plot_reward_curve(path: str, out_png: str, title: str, language: str = "en")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib import font_manager
 
-    fonts = {}
-    if language == "zh":
-        installed = {font.name for font in font_manager.fontManager.ttflist}
-        cjk = [name for name in CJK_FONTS if name in installed]
-        if not cjk:
-            raise RuntimeError(
-                f"no font with Chinese glyphs: install one of {CJK_FONTS} "
-                "(e.g. apt-get install fonts-wqy-zenhei)"
-            )
-        fonts = {"font.family": "sans-serif", "font.sans-serif": [cjk[0], "DejaVu Sans"]}
+    fonts = chinese_font_rc() if language == "zh" else {}
     rows = [r for r in read_metrics(path) if "critic/score/mean" in r]  # step 0: warm-up
     steps = [r["step"] for r in rows]
     with matplotlib.rc_context(fonts):
