@@ -1,19 +1,27 @@
 """The GRPO benchmark against TRL runs (in its quick mode) and reports both systems and the ratios;
-the step profile accounts for a whole step.
+the step profile accounts for a whole step; the chapter's chart against TRL, in both
+languages, is drawn from the committed record of the run whose figures the page quotes.
 
 Who is faster or learns more is printed, not asserted: a 15-second run on a shared
 machine says nothing reliable about that.
 """
 
+import json
 import math
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "rlhf_vs_trl.py"
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARK = REPO / "benchmarks" / "rlhf_vs_trl.py"
+# The run behind docs/rlhf/img/reward_vs_trl{,.zh}.png (its README says how it was made).
+RECORD = REPO / "benchmarks" / "results" / "rlhf-vs-trl"
+CHART = REPO / "docs" / "rlhf" / "img" / "reward_vs_trl.png"
+PAGES = [REPO / "docs" / "rlhf" / "index.md", REPO / "docs" / "rlhf" / "index.zh.md"]
 
 
 # Minutes of CPU for both trainers: it runs with the learning runs, in `nox -s rlhf`.
@@ -22,11 +30,12 @@ def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios(tmp_path):
     # TRL and its dependencies are not dependencies of reference_impl.
     for module in ("trl", "transformers", "datasets", "tokenizers"):
         pytest.importorskip(module)
-    plot = tmp_path / "curves.png"
+    plot, record = tmp_path / "curves.png", tmp_path / "record"
     done = subprocess.run(
         # One torch thread for TRL: its default of one per core can stall for minutes
         # when other processes share the cores, and this test only checks the report.
-        [sys.executable, str(BENCHMARK), "--quick", "--trl-threads", "1", "--plot", str(plot)],
+        [sys.executable, str(BENCHMARK), "--quick", "--trl-threads", "1", "--plot", str(plot)]
+        + ["--record", str(record)],
         capture_output=True,
         text=True,
         timeout=240,
@@ -43,6 +52,10 @@ def test_rlhf_vs_trl_benchmark_reports_both_systems_and_ratios(tmp_path):
         assert math.isfinite(ratio) and ratio > 0, (what, ratio)
     # Both reward curves, drawn from the run's own per-step records.
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+    # The record keeps the printed table and each run's curve, one point per RL step.
+    assert (record / "report.txt").read_text() in out
+    for run in json.loads((record / "record.json").read_text())["runs"]:
+        assert len(run["seconds"]) == len(run["scores"]) == len(run["reward_at"]) == run["steps"]
 
 
 @pytest.mark.rlhf
@@ -93,3 +106,71 @@ def test_gpu_costs_benchmark_runs_its_measurements_on_the_cpu_preset():
     update = re.search(r"^update: one optimiser step on (\d+) responses", done.stdout, re.M)
     assert update and int(update.group(1)) == 32, done.stdout  # 8 prompts x 8 over 2 ranks
     assert re.search(r"^rollout: 256 prompts x 64 tokens: [\d.]+ ms per decode", done.stdout, re.M)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG's header."""
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n", path
+    return struct.unpack(">II", header[16:24])
+
+
+def test_the_trl_charts_redraw_from_the_committed_record(tmp_path):
+    """``--redraw`` draws both languages' charts from the record, as large as the committed ones."""
+    pytest.importorskip("matplotlib")
+    from reference_impl.rlhf.metrics import chinese_font_rc
+
+    try:
+        chinese_font_rc()
+    except RuntimeError as err:
+        pytest.skip(str(err))
+    plot = tmp_path / CHART.name
+    command = [sys.executable, str(BENCHMARK), "--redraw", str(RECORD), "--plot", str(plot)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    chinese = CHART.with_name("reward_vs_trl.zh.png")
+    assert png_size(plot) == png_size(CHART)
+    assert png_size(plot.with_name(chinese.name)) == png_size(chinese)
+
+
+def trl_section(page: Path) -> str:
+    """The page's text from its TRL heading to the next section's."""
+    text = page.read_text(encoding="utf-8")
+    start = text.index("{#trl}")
+    return text[start : text.index("{#gpu}", start)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_the_trl_figures_on_the_page_are_the_recorded_runs(page):
+    """The chart's run, as the page quotes it: its row of the table, its date, CPUs and rewards,
+    each formatted from what the run printed (report.txt) and kept (record.json)."""
+    record = json.loads((RECORD / "record.json").read_text())
+    report = (RECORD / "report.txt").read_text()
+    ratios = dict(re.findall(r"^ours/TRL (.+?)(?: \(\d+\))?: (\S+)x$", report, re.M))
+    # Each system's row ends in warm-up s, warm-up loss, RL s, RL steps, completions,
+    # tokens/s, reward, exact, load.
+    rows = [line.split()[-9:] for line in report.splitlines() if line.startswith(("ours ", "TRL "))]
+    (ours, trl), runs = rows, record["runs"]
+    for row, run in zip(rows, runs, strict=True):  # the record is the printed run's
+        assert (int(row[3]), row[6], row[8]) == (
+            run["steps"],
+            f"{run['reward']:.3f}",
+            f"{run['load']:.1f}",
+        )
+    assert f"on {record['cpus']} CPUs)" in report
+
+    section = trl_section(page)
+    table = [line for line in section.splitlines() if line.startswith("|")]
+    row = [line for line in table if record["date"] in line.split("|")[1]]
+    assert len(row) == 1, f"{page.name}: no table row for the run of {record['date']}"
+    cells = [cell.strip() for cell in row[0].strip("|").split("|")][1:]
+    assert cells == [
+        f"{ours[8]} / {trl[8]}",
+        f"{ours[3]} / {trl[3]}",
+        f"{ratios['tokens/s']}×",
+        f"{ratios['reward at equal wall time']}×",
+        f"{ratios['reward at equal RL steps']}×",
+    ], page.name
+    cpus = f"{record['cpus']} 个 CPU" if page.name.endswith(".zh.md") else f"{record['cpus']} CPUs"
+    for figure in (cpus, ours[6], trl[6]):  # and each system's final reward
+        assert figure in section, f"{page.name}: {figure!r} not in the TRL section"
