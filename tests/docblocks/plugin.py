@@ -254,7 +254,7 @@ ROWS = (
     ("python", "python blocks run as their page's downloadable script"),
     ("python, on veRL", "python blocks run on veRL, one by one in the test process"),
     ("output", "output blocks compared"),
-    ("gpu-only python", "gpu-only python blocks, in the script where CUDA is present"),
+    ("gpu-only python", "gpu-only python blocks"),
     ("console", "console blocks run, each command's output compared"),
     ("bash", "bash blocks run"),
     ("file", "file blocks written for the commands that use them"),
