@@ -8,6 +8,9 @@
   Code (fenced blocks, inline code) is not prose. A variant in full-width parentheses right
   after the fixed spelling, the way a first mention glosses a term (自动扩缩容器（autoscaler）),
   is allowed.
+* Spacing: a link or inline code next to a Chinese character has a space between them
+  ("详见 [E19](…)", not "详见[E19](…)"), as the rest of the site writes it; full-width
+  punctuation needs none ("（[E19](…)）"). Checked on the rendered HTML, outside code blocks.
 * Charts: a Chinese page links `img/x.png` like its twin, and the site's i18n plugin serves
   `x.zh.png` where one exists (else, by fallback, the English file). A `x.zh.png` must then
   be a drawing of its own, not a byte copy of the English chart.
@@ -40,11 +43,15 @@ def site_markdown() -> tuple[list, dict]:
     return config["markdown_extensions"], config["mdx_configs"]
 
 
+def page_html(page: Path) -> str:
+    """The page as HTML, rendered with the site's Markdown extensions."""
+    extensions, configs = site_markdown()
+    return markdown.markdown(page.read_text(), extensions=extensions, extension_configs=configs)
+
+
 def rendered(page: Path) -> str:
     """The page's prose as HTML, rendered as the site does, without code blocks or inline code."""
-    extensions, configs = site_markdown()
-    text = markdown.markdown(page.read_text(), extensions=extensions, extension_configs=configs)
-    return CODE.sub(" ", text)
+    return CODE.sub(" ", page_html(page))
 
 
 def prose(page: Path) -> str:
@@ -99,6 +106,29 @@ def test_glossary_terms_are_written_one_way(page):
     assert not found, f"{page.name}: " + "; ".join(found)
 
 
+# A Chinese character right before a link or inline code, or right after one. The heading's
+# permalink (toc's `<a class="headerlink">`) is the theme's, not the page's.
+GLUED = re.compile(
+    rf"{CJK.pattern}(?=<a (?![^>]*headerlink)|<code[ >])|(?:</a>|</code>){CJK.pattern}"
+)
+CODE_BLOCK = re.compile(r"<pre[ >].*?</pre>", re.S)
+
+
+def glued_to_chinese(page: Path) -> list[str]:
+    """Each place where a link or inline code touches a Chinese character, as the reader sees it."""
+    text = CODE_BLOCK.sub(" ", page_html(page))
+    return [
+        html.unescape(re.sub(r"<[^>]*>|^[^<]*>|<[^>]*$", "", text[max(m.start() - 80, 0) : m.end() + 40]))
+        for m in GLUED.finditer(text)
+    ]
+
+
+@pytest.mark.parametrize("page", ZH_PAGES, ids=lambda p: str(p.relative_to(DOCS)))
+def test_links_and_code_are_spaced_from_chinese(page):
+    glued = glued_to_chinese(page)
+    assert not glued, f"{page.name}: put a space between Chinese and a link or code: {glued}"
+
+
 IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+\.png)\)")
 
 
@@ -127,3 +157,14 @@ def test_the_checks_catch_what_they_look_for(tmp_path):
         if variant_pattern(fixed, variant).search(prose(page))
     ]
     assert sorted(hits) == sorted(["worker group", "Worker group", "头结点"])
+
+
+def test_the_spacing_check_catches_glued_links_and_code(tmp_path):
+    """The spacing check on a page with three glued spots, and the same sentence spaced right."""
+    page = tmp_path / "glued.zh.md"
+    page.write_text(
+        "## 标题 {#x}\n\n详见[E19](#e19)。报`AuthenticationError`时重试。\n\n"
+        "详见 [E19](#e19)，报 `AuthenticationError` 时重试（[E20](#e20)）。\n\n"
+        "```python\nprint('中文')  # `code`中文\n```\n"
+    )
+    assert len(glued_to_chinese(page)) == 3  # 见[, 报`, `时 (not ]。: punctuation)
