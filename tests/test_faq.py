@@ -78,6 +78,7 @@ TROUBLESHOOTING_IDS = [
     "T14-debugger-in-a-worker",
     "T15-version-mismatch",
     "T16-verl-joined-another-cluster",
+    "T17-no-module-in-workers",
 ]
 TROUBLESHOOTING = DOCS / "troubleshooting"
 
