@@ -93,6 +93,9 @@ class RLHFConfig:
     # (actor_rollout_ref.actor.use_dynamic_bsz and ppo_max_token_len_per_gpu).
     use_dynamic_bsz: bool = False
     ppo_max_token_len_per_gpu: int = 16384
+    # Without use_dynamic_bsz: rows per micro-batch (actor_rollout_ref.actor.
+    # ppo_micro_batch_size_per_gpu); 0 takes each rank's mini-batch in one pass.
+    ppo_micro_batch_size_per_gpu: int = 0
     # --- bookkeeping ---
     save_freq: int = 0  # checkpoint every N steps (0: never)
     resume: bool = False
@@ -174,6 +177,7 @@ MINIMUMS = {
     "nnodes": 1,
     "save_freq": 0,  # 0: never save
     "ppo_max_token_len_per_gpu": 1,
+    "ppo_micro_batch_size_per_gpu": 0,  # 0: the whole mini-batch
 }
 GPU_PRESET = {
     "device": "cuda",

@@ -182,6 +182,25 @@ def token_log_probs(
     return torch.cat(log_probs), torch.cat(entropies)
 
 
+class _LogProbHead(torch.nn.Module):
+    """Stands in for a model's LM head: returns ``[..., 2]`` (log-prob of the label, entropy).
+
+    Holds the real head, so its weight is the one FSDP2 gathers during the forward pass.
+    """
+
+    def __init__(self, head: torch.nn.Linear, labels, temperature: float, chunk_tokens: int):
+        super().__init__()
+        self.head, self.labels = head, labels
+        self.temperature, self.chunk_tokens = temperature, chunk_tokens
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # [1, n, h] -> [1, n, 2]
+        log_probs, entropy = token_log_probs(
+            hidden[0], self.head.weight, self.labels, self.temperature, self.chunk_tokens
+        )
+        # A new tensor, not a view: FSDP2 hooks the backward pass on the forward's output.
+        return torch.stack([log_probs[None], entropy[None]], dim=-1)
+
+
 def response_log_probs_packed(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -193,8 +212,9 @@ def response_log_probs_packed(
 ):
     """``rollout.response_log_probs`` with the padding removed; same arguments and results.
 
-    One forward pass of the decoder body over the packed tokens ``[1, T]``, then the LM
-    head over the response positions only, in chunks (:func:`token_log_probs`).
+    One forward pass of the model over the packed tokens ``[1, T]``, with the LM head
+    applied to the positions that predict a response token only, in chunks
+    (:func:`token_log_probs`).
 
     Args:
         model: a Hugging Face causal LM whose forward takes ``logits_to_keep`` (e.g.
@@ -207,27 +227,6 @@ def response_log_probs_packed(
         ``entropy`` ``[b, R]``.
     """
     packed = pack(input_ids, attention_mask)
-    # Run the model through its own __call__, so that FSDP2's hooks on the root module
-    # gather and later reduce its parameters, but ask for the logits of one position only
-    # (``logits_to_keep=1``) and take the decoder's last hidden states from a hook.
-    captured = {}
-
-    def keep(module, args, output):
-        captured["hidden"] = output.last_hidden_state
-
-    handle = model.get_decoder().register_forward_hook(keep)
-    try:
-        # No KV cache: transformers reads packed position_ids as separate sequences only
-        # when there is neither an attention mask nor a cache (masking_utils.py).
-        model(
-            input_ids=packed.input_ids,
-            position_ids=packed.position_ids,
-            use_cache=False,
-            logits_to_keep=1,
-        )
-    finally:
-        handle.remove()
-    hidden = captured["hidden"][0]  # [T, h]
     # The hidden state at a token predicts the next token of its own sequence. Only the
     # positions that predict a response token need the LM head: the padded layout's
     # columns P-1 .. P+R-2 of valid rows.
@@ -236,14 +235,25 @@ def response_log_probs_packed(
     wanted &= packed.valid
     next_ids = torch.zeros_like(input_ids)
     next_ids[:, :-1] = input_ids[:, 1:]
-    at = packed.unpack(torch.arange(hidden.shape[0], device=hidden.device))[wanted]
-    log_probs, entropy = token_log_probs(
-        hidden[at],
-        model.get_output_embeddings().weight,
-        next_ids[wanted],
-        temperature,
-        chunk_tokens,
-    )
+    at = packed.unpack(torch.arange(packed.input_ids.shape[1], device=input_ids.device))[wanted]
+    # The model runs through its own __call__, so FSDP2's hooks on the root module gather
+    # the LM head's weight for the forward pass and again for the backward pass. Its
+    # ``logits_to_keep`` picks the wanted positions, and for this one call the LM head is
+    # replaced by one that returns log-probs and entropies instead of [n, V] logits.
+    head = model.get_output_embeddings()
+    model.set_output_embeddings(_LogProbHead(head, next_ids[wanted], temperature, chunk_tokens))
+    try:
+        out = model(
+            input_ids=packed.input_ids,
+            position_ids=packed.position_ids,
+            # No KV cache: transformers reads packed position_ids as separate sequences
+            # only when there is neither an attention mask nor a cache (masking_utils.py).
+            use_cache=False,
+            logits_to_keep=at,
+        )
+    finally:
+        model.set_output_embeddings(head)
+    log_probs, entropy = out.logits[0].unbind(-1)
 
     def to_response(values):
         full = torch.zeros(packed.valid.shape, dtype=values.dtype, device=values.device)

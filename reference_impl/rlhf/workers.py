@@ -98,11 +98,15 @@ def micro_batches(mini_batch: DataProto, config: RLHFConfig) -> list[DataProto]:
 
     With ``use_dynamic_bsz``, the rows are grouped by :func:`packing.balanced_micro_batches`
     into micro-batches of at most ``ppo_max_token_len_per_gpu`` valid tokens (veRL 0.9.1:
-    ``verl/utils/seqlen_balancing.py`` (``rearrange_micro_batches``)); otherwise the
-    mini-batch is one micro-batch.
+    ``verl/utils/seqlen_balancing.py`` (``rearrange_micro_batches``)); otherwise runs of
+    ``ppo_micro_batch_size_per_gpu`` rows, or the whole mini-batch when that is 0.
     """
     if not config.use_dynamic_bsz:
-        return [mini_batch]
+        size = config.ppo_micro_batch_size_per_gpu or len(mini_batch)
+        return [
+            mini_batch.select_idxs(torch.arange(start, min(start + size, len(mini_batch))))
+            for start in range(0, len(mini_batch), size)
+        ]
     lengths = mini_batch.batch["attention_mask"].sum(-1).tolist()
     groups = packing.balanced_micro_batches(lengths, config.ppo_max_token_len_per_gpu)
     return [mini_batch.select_idxs(torch.tensor(rows)) for rows in groups]
