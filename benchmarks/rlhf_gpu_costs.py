@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = (time.perf_counter() - start) / args.steps
     busy = kernel_seconds(prof) / args.steps
     lengths = out["attention_mask"].sum(-1)
-    flops = train_flops(config.model_shape, lengths.cpu())
+    flops = train_flops(config.model_shape, lengths.cpu(), tok.vocab_size)
     peak = device_peak_flops(device)
     tokens = int(lengths.sum())
     print(

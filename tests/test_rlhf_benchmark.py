@@ -108,6 +108,27 @@ def test_gpu_costs_benchmark_runs_its_measurements_on_the_cpu_preset():
     assert re.search(r"^rollout: 256 prompts x 64 tokens: [\d.]+ ms per decode", done.stdout, re.M)
 
 
+@pytest.mark.rlhf
+def test_gpu_perf_benchmark_lays_out_one_mini_batch_three_ways_with_one_loss(tmp_path):
+    """benchmarks/rlhf_gpu_perf.py at its tiny shape on CPU, FSDP2 over gloo: the padded,
+    packed and token-budget layouts of one mini-batch compute the same loss."""
+    script = BENCHMARK.with_name("rlhf_gpu_perf.py")
+    command = [sys.executable, str(script), "--shape", "tiny", "--device", "cpu", "--steps", "1"]
+    command += ["--micro-rows", "2", "--max-tokens", "48", "--out", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads((tmp_path / "gpu_perf.json").read_text())
+    results = {r["layout"]: r for r in record["results"]}
+    assert list(results) == ["padded", "packed", "packed+budget"]
+    losses = [r["first_loss"] for r in results.values()]
+    assert max(losses) - min(losses) <= 1e-5 * abs(losses[0]), losses
+    assert results["padded"]["micro_batches"] == 4  # 8 rows, 2 per micro-batch
+    budget = results["packed+budget"]["micro_batch_tokens"]
+    assert max(budget) <= 48 and sum(budget) == record["valid_tokens"], budget
+    for r in results.values():
+        assert r["step_s"] > 0 and r["mfu"] > 0, r
+
+
 def png_size(path: Path) -> tuple[int, int]:
     """(width, height) in pixels, from the PNG's header."""
     header = path.read_bytes()[:24]

@@ -83,6 +83,19 @@ class RLHFConfig:
     # whole parameters on each, gradients all-reduced (HSDP, as DDP).
     fsdp_size: int = -1
     reshard_after_forward: bool = True  # free gathered parameters between forward and backward
+    # --- padding removed (veRL's names; reference_impl/rlhf/packing.py) ---
+    # Forward passes over the valid tokens only, packed end to end
+    # (actor_rollout_ref.model.use_remove_padding; veRL's default is true, ours false: at
+    # the cpu preset's 8-token sequences there is little padding to remove).
+    use_remove_padding: bool = False
+    # Cut each mini-batch into micro-batches of at most ppo_max_token_len_per_gpu valid
+    # tokens, balanced by length, with gradients accumulated over them
+    # (actor_rollout_ref.actor.use_dynamic_bsz and ppo_max_token_len_per_gpu).
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 16384
+    # Without use_dynamic_bsz: rows per micro-batch (actor_rollout_ref.actor.
+    # ppo_micro_batch_size_per_gpu); 0 takes each rank's mini-batch in one pass.
+    ppo_micro_batch_size_per_gpu: int = 0
     # --- bookkeeping ---
     save_freq: int = 0  # checkpoint every N steps (0: never)
     resume: bool = False
@@ -163,6 +176,8 @@ MINIMUMS = {
     "world_size": 1,
     "nnodes": 1,
     "save_freq": 0,  # 0: never save
+    "ppo_max_token_len_per_gpu": 1,
+    "ppo_micro_batch_size_per_gpu": 0,  # 0: the whole mini-batch
 }
 GPU_PRESET = {
     "device": "cuda",

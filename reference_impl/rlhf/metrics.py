@@ -13,8 +13,11 @@ the tokens (prompt + response) processed per second per worker. One name is ours
 MFU. A training step of a decoder with ``N`` non-embedding parameters costs
 about ``6 N`` FLOPs per token (2 forward, 4 backward; Kaplan et al. 2020), plus
 attention's ``6 * L_layers * d_attn * s`` per token for a sequence of ``s``
-tokens (the score and value products; ``d_attn = heads * head_dim``), as
-``verl/utils/flops_counter.py`` (``_estimate_qwen2_flops``) counts it.
+tokens (the score and value products; ``d_attn = heads * head_dim``), and the embedding
+and LM head, ``2 V h`` more parameters per token for a vocabulary of ``V``, all as
+``verl/utils/flops_counter.py`` (``_estimate_qwen2_flops``) counts it. (The LM head is a real
+``[h, V]`` matmul, 28% of Qwen2.5-0.5B's matmul FLOPs; the embedding is a lookup, which
+veRL's formula counts as a matmul too: 43% of what the formula counts at that shape.)
 ``perf/mfu/actor`` is the FLOPs of the actor update (all PPO epochs) divided by
 ``timing_s/update_actor`` and by the peak FLOP/s of the workers: the vendor's dense
 bf16 peak on known GPUs, and on CPU a peak measured with a large matmul in each worker.
@@ -57,13 +60,16 @@ def device_peak_flops(device: str) -> float:
     return measure_cpu_peak_flops()
 
 
-def train_flops(shape: ModelShape, sequence_lengths: torch.Tensor) -> float:
-    """FLOPs of one forward + backward pass over sequences of the given lengths (int [b])."""
+def train_flops(shape: ModelShape, sequence_lengths: torch.Tensor, vocab_size: int) -> float:
+    """FLOPs of one forward + backward pass over sequences of the given lengths (int [b]).
+
+    ``vocab_size`` adds the embedding and the LM head, ``2 * vocab_size * hidden`` weights.
+    """
     h, heads, kv = shape.hidden_size, shape.num_attention_heads, shape.num_key_value_heads
     head_dim = h // heads
     attn_linear = h * (heads * head_dim + 2 * kv * head_dim) + heads * head_dim * h
     mlp = 3 * h * shape.intermediate_size
-    dense = (attn_linear + mlp) * shape.num_hidden_layers
+    dense = (attn_linear + mlp) * shape.num_hidden_layers + 2 * vocab_size * h
     tokens = float(sequence_lengths.sum())
     squares = float((sequence_lengths.float() ** 2).sum())
     return 6 * dense * tokens + 6 * squares * head_dim * heads * shape.num_hidden_layers

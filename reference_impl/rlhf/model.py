@@ -41,6 +41,11 @@ PRESETS = {
     "cpu": ModelShape(128, 2, 4, 2, 384),
     "gpu": ModelShape(896, 24, 14, 2, 4864),
 }
+#: Qwen2.5-0.5B exactly, as its ``config.json`` gives it: the ``gpu`` preset's body with the
+#: real 151,936-token vocabulary and 32,768 positions. Only ``benchmarks/rlhf_gpu_perf.py``
+#: uses it: it measures at a real RLHF shape and does not learn a task.
+QWEN25_05B = ModelShape(896, 24, 14, 2, 4864, max_position_embeddings=32768)
+QWEN25_05B_VOCAB = 151936
 
 
 def qwen2_config(shape: ModelShape, vocab_size: int, pad_token_id: int, bos: int, eos: int | None):

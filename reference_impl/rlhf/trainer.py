@@ -235,7 +235,8 @@ class RLHFTrainer:
     def perf_metrics(self, batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
         lengths = batch.batch["attention_mask"].sum(-1)
         workers = self.config.num_processes  # veRL divides by all GPUs of the run
-        update_flops = train_flops(self.config.model_shape, lengths) * self.config.ppo_epochs
+        vocab = self.tokenizer.vocab_size
+        update_flops = train_flops(self.config.model_shape, lengths, vocab) * self.config.ppo_epochs
         mfu = update_flops / (timing["update_actor"] * self.peak_flops)
         return {
             "perf/total_num_tokens": float(lengths.sum()),

@@ -47,7 +47,7 @@ import torch.distributed as dist
 
 from reference_impl.data_proto import DataProto
 from reference_impl.decorator import Dispatch, register
-from reference_impl.rlhf import core_algos, engine
+from reference_impl.rlhf import core_algos, engine, packing
 from reference_impl.rlhf.config import RLHFConfig
 from reference_impl.rlhf.metrics import device_peak_flops
 from reference_impl.rlhf.model import build_actor, build_critic, qwen2_config
@@ -91,6 +91,71 @@ def mini_batches(data: DataProto, size: int, epochs: int, generator: torch.Gener
         order = torch.randperm(len(data), generator=generator)
         for start in range(0, len(data), size):
             yield data.select_idxs(order[start : start + size])
+
+
+def micro_batches(mini_batch: DataProto, config: RLHFConfig) -> list[DataProto]:
+    """The micro-batches one optimiser step accumulates gradients over.
+
+    With ``use_dynamic_bsz``, the rows are grouped by :func:`packing.balanced_micro_batches`
+    into micro-batches of at most ``ppo_max_token_len_per_gpu`` valid tokens (veRL 0.9.1:
+    ``verl/utils/seqlen_balancing.py`` (``rearrange_micro_batches``)); otherwise runs of
+    ``ppo_micro_batch_size_per_gpu`` rows, or the whole mini-batch when that is 0.
+    """
+    if not config.use_dynamic_bsz:
+        size = config.ppo_micro_batch_size_per_gpu or len(mini_batch)
+        return [
+            mini_batch.select_idxs(torch.arange(start, min(start + size, len(mini_batch))))
+            for start in range(0, len(mini_batch), size)
+        ]
+    lengths = mini_batch.batch["attention_mask"].sum(-1).tolist()
+    groups = packing.balanced_micro_batches(lengths, config.ppo_max_token_len_per_gpu)
+    return [mini_batch.select_idxs(torch.tensor(rows)) for rows in groups]
+
+
+def actor_loss(log_prob, entropy, part: dict, mini_batch: dict, config: RLHFConfig):
+    """One micro-batch's share of the mini-batch's actor loss, and its metrics' shares.
+
+    Each term is the micro-batch's loss weighted by its share of the mini-batch (valid
+    response tokens for "token-mean", sequences for the "seq-mean-*" modes), so the
+    gradients summed over micro-batches equal those of the whole mini-batch in one pass,
+    and so do the metrics summed over micro-batches. veRL 0.9.1 passes the mini-batch's
+    totals to ``agg_loss`` for the same reason (``batch_num_tokens``,
+    ``global_batch_size`` in ``verl/trainer/ppo/core_algos.py``).
+
+    Args:
+        log_prob, entropy: float32 ``[b, R]`` of the micro-batch's rows.
+        part, mini_batch: the micro-batch's and the mini-batch's tensors
+            (``response_mask``, ``old_log_probs``, ``advantages``, ``ref_log_prob``).
+
+    Returns:
+        ``(loss, metrics)``: a scalar to call ``backward`` on, and 0-d tensors.
+    """
+    c = config
+    mask = part["response_mask"]
+
+    def share(mode: str) -> torch.Tensor:
+        if mode == "token-mean":
+            return mask.sum() / mini_batch["response_mask"].sum()
+        return (mask.sum(-1) > 0).sum() / (mini_batch["response_mask"].sum(-1) > 0).sum()
+
+    loss_share, token_share = share(c.loss_agg_mode), share("token-mean")
+    pg_loss, pg_clipfrac, ppo_kl = core_algos.compute_policy_loss(
+        part["old_log_probs"], log_prob, part["advantages"], mask, c.clip_ratio, c.loss_agg_mode
+    )
+    entropy_loss = core_algos.agg_loss(entropy, mask, c.loss_agg_mode)
+    loss = pg_loss - c.entropy_coeff * entropy_loss
+    metrics = {
+        "actor/pg_loss": pg_loss * loss_share,
+        "actor/pg_clipfrac": pg_clipfrac * token_share,
+        "actor/ppo_kl": ppo_kl * token_share,
+        "actor/entropy": entropy_loss * loss_share,
+    }
+    if c.use_kl_loss:
+        kl = core_algos.kl_penalty(log_prob, part["ref_log_prob"], c.kl_loss_type)
+        kl_loss = core_algos.agg_loss(kl, mask, c.loss_agg_mode)
+        loss = loss + c.kl_loss_coef * kl_loss
+        metrics["actor/kl_loss"] = kl_loss * loss_share
+    return loss * loss_share, metrics
 
 
 class _ModelWorker(Worker):
@@ -249,6 +314,15 @@ class ActorRolloutRefWorker(_ModelWorker):
 
     def _log_probs(self, model, data: DataProto, with_entropy: bool = False):
         b = data.batch
+        if self.config.use_remove_padding:
+            return packing.response_log_probs_packed(
+                model,
+                b["input_ids"],
+                b["attention_mask"],
+                b["responses"].shape[1],
+                self.config.temperature,
+                with_entropy,
+            )
         return response_log_probs(
             model,
             b["input_ids"],
@@ -295,27 +369,17 @@ class ActorRolloutRefWorker(_ModelWorker):
         per_rank = c.mini_batch_rows_per_rank  # ppo_mini_batch_size * n // world_size
         steps = []
         for mb in mini_batches(data, per_rank, c.ppo_epochs, self.shuffle_rng):
-            b = mb.batch
-            mask = b["response_mask"]
-            log_prob, entropy = self._log_probs(self.actor, mb, with_entropy=True)
-            pg_loss, pg_clipfrac, ppo_kl = core_algos.compute_policy_loss(
-                b["old_log_probs"], log_prob, b["advantages"], mask, c.clip_ratio, c.loss_agg_mode
-            )
-            entropy_loss = core_algos.agg_loss(entropy, mask, c.loss_agg_mode)
-            loss = pg_loss - c.entropy_coeff * entropy_loss
-            step = {
-                "actor/pg_loss": pg_loss.item(),
-                "actor/pg_clipfrac": pg_clipfrac.item(),
-                "actor/ppo_kl": ppo_kl.item(),
-                "actor/entropy": entropy_loss.item(),
-            }
-            if c.use_kl_loss:
-                kl = core_algos.kl_penalty(log_prob, b["ref_log_prob"], c.kl_loss_type)
-                kl_loss = core_algos.agg_loss(kl, mask, c.loss_agg_mode)
-                loss = loss + c.kl_loss_coef * kl_loss
-                step["actor/kl_loss"] = kl_loss.item()
             self.optimizer.zero_grad()
-            loss.backward()
+            totals = {}
+            for part in micro_batches(mb, c):
+                log_prob, entropy = self._log_probs(self.actor, part, with_entropy=True)
+                loss, step = actor_loss(log_prob, entropy, part.batch, mb.batch, c)
+                loss.backward()
+                # Metrics stay on the device until the mini-batch ends: an .item() here
+                # would make the host wait for the GPU once per micro-batch.
+                for key, value in step.items():
+                    totals[key] = totals.get(key, 0.0) + value.detach()
+            step = {key: value.item() for key, value in totals.items()}
             step["actor/grad_norm"] = engine.clip_grad_norm(self.actor, c.grad_clip)
             self.optimizer.step()
             steps.append(step)
