@@ -295,14 +295,27 @@ def test_every_token_count_in_the_per_step_section_is_the_steps():
 
 
 def transfer_figures(record: Path, language: str) -> Figures:
-    """Each run's six ratios (raw Ray's own 1.00x row is the baseline), as the page writes
-    them."""
+    """Each run's three ratios per payload (veRL default, veRL numpy, reference_impl; raw
+    Ray's own 1.00x is the baseline), as the page gives them: run 1 as the table's rows,
+    run 2 in the sentence after it."""
     found: Figures = []
     for run in ("run1.txt", "run2.txt"):
-        rows = [line.rsplit(None, 1)[-1] for line in (record / run).read_text().splitlines()[1:]]
-        ratios = [r for r in rows if r != "1.00x"]
-        assert len(ratios) == 6, rows
-        found += [ratio.replace("x", "×") for ratio in ratios]
+        rows = [line.split() for line in (record / run).read_text().splitlines()[1:]]
+        for payload in ("1 KiB", "64 MiB"):
+            ratios = [
+                re.escape(row[-1].replace("x", "×"))
+                for row in rows
+                if " ".join(row[:2]) == payload and row[-1] != "1.00x"
+            ]
+            assert len(ratios) == 3, (run, payload, rows)
+            if run == "run1.txt":
+                found.append(
+                    re.compile(rf"^\| {payload} \| " + r" \| ".join(ratios) + r" \|$", re.M)
+                )
+            else:
+                first, second, third = ratios
+                # (English prose wraps: a line may break at any space)
+                found.append(re.compile(rf"{first}(,\s|、){second}(\sand\s| 和 ){third}"))
     return found
 
 
