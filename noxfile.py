@@ -501,3 +501,29 @@ def verl_run(session: nox.Session) -> None:
     # --noconftest: the suite's conftest.py needs the doc-block plugin, not installed here.
     tests = ("--noconftest", "-o", "addopts=-ra", "tests/verl_run")
     session.run("pytest", *tests, *session.posargs, env=env)
+
+
+@nox.session
+def records(session: nox.Session) -> None:
+    """Make a record of benchmarks/results/ again, and the charts drawn from it.
+
+    `nox -s records` lists the five records, what makes each and what it needs (veRL's own
+    run, a GPU); `-- NAME` runs it and copies its files in; `-- NAME --redraw` only redraws
+    its charts from the committed files (benchmarks/records.py). tests/test_records.py then
+    holds the pages' figures to the record.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[rlhf,bench,verl]")
+    session.install(*CONSTRAINTS, *UPSTREAM_FIXTURES)
+    session.run("python", "benchmarks/records.py", *session.posargs)
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Mutation testing (cosmic-ray) of the single controller, DataProto and the doc-block
+    harness, each with the fast tests that cover it: the score and the surviving mutants.
+
+    tools/mutants.py: a sample of each module's mutants within a time limit (`-- --help`).
+    Not in CI: a mutant costs one run of its tests.
+    """
+    session.install(*CONSTRAINTS, "-e", ".[test]", "cosmic-ray")
+    session.run("python", "tools/mutants.py", *session.posargs)

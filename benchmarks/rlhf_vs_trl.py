@@ -56,7 +56,7 @@ machine, somewhat slower on an idle one).
 
 Output: the table and its ratios on stdout. ``--plot PNG`` draws both reward curves
 against seconds of RL into ``PNG`` with English labels and into its twin ``x.zh.png``
-with Chinese ones (a font of ``CJK_FONTS`` in :mod:`reference_impl.rlhf.metrics` must be
+with Chinese ones (a font of ``CJK_FONTS`` in ``benchmarks/charts.py`` must be
 installed, else the twin is skipped with a note). ``--record DIR`` keeps what the table
 and the charts are made of: ``DIR/report.txt``, the printed table, and
 ``DIR/record.json``, the date, the CPU count, the budget and, for each run, its name in
@@ -84,14 +84,15 @@ from dataclasses import dataclass, field
 
 import ray
 import torch
+from charts import chinese_font_rc  # benchmarks/charts.py, beside this script
 
 from reference_impl.rlhf.config import RLHFConfig, make_config
-from reference_impl.rlhf.metrics import chinese_font_rc, read_metrics
+from reference_impl.rlhf.metrics import read_metrics
 from reference_impl.rlhf.model import build_actor, load_model, qwen2_config
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.rlhf.trainer import RLHFTrainer
-from reference_impl.rlhf.workers import make_optimizer
+from reference_impl.rlhf.workers import format_loss, make_optimizer, warmup_rows
 
 LAST = 5  # steps the final reward is averaged over, as the trainer's target_score
 
@@ -186,8 +187,7 @@ def run_ours(config: RLHFConfig) -> Run:
         history = trainer.fit(progress=False)
         run.load = os.getloadavg()[0]
     finally:
-        if hasattr(trainer, "pools"):
-            trainer.shutdown()
+        trainer.shutdown()
         ray.shutdown()
     warm = read_metrics(os.path.join(config.output_dir, "metrics.jsonl"))[0]
     run.warmup_s, run.warmup_loss = warm["timing_s/warmup"], warm["warmup/loss"]
@@ -240,25 +240,15 @@ def format_warmup(model, config: RLHFConfig, data_rng: torch.Generator) -> tuple
     tokenizer, task = CharTokenizer(), DigitSumTask(num_digits=config.num_digits)
     start = time.perf_counter()
     rows = config.warmup_steps * config.mini_batch_responses  # as RLHFTrainer.warmup
-    prompts, _ = task.make_prompts(tokenizer, rows, data_rng)
-    digits = torch.randint(0, 10, (rows, config.num_digits), generator=data_rng)
-    eos = torch.full((rows, 1), tokenizer.eos_token_id)
-    ids = torch.cat([prompts, tokenizer.digit_ids()[digits], eos], dim=1)
-    shards = ids.chunk(config.world_size)
-    prompt_length = prompts.shape[1]
+    ids, prompt_length = task.format_examples(tokenizer, rows, data_rng)
+    shards = ids.chunk(config.world_size)  # each rank's share, as DP_COMPUTE_PROTO splits
     optimizer = make_optimizer(model, config.warmup_lr)
     model.train()
     for step in range(config.warmup_steps):
-        losses = []
-        for shard in shards:
-            per_step = max(1, len(shard) // config.warmup_steps)
-            batch = shard[(step * per_step) % len(shard) :][:per_step]
-            logits = model(input_ids=batch).logits[:, prompt_length - 1 : -1].float()
-            losses.append(
-                torch.nn.functional.cross_entropy(
-                    logits.reshape(-1, logits.shape[-1]), batch[:, prompt_length:].reshape(-1)
-                )
-            )
+        losses = [
+            format_loss(model, warmup_rows(shard, step, config.warmup_steps), prompt_length)
+            for shard in shards
+        ]
         loss = torch.stack(losses).mean()
         optimizer.zero_grad()
         loss.backward()

@@ -28,6 +28,7 @@ from reference_impl import (
     register,
 )
 from reference_impl.decorator import Dispatch
+from reference_impl.rlhf import checkpoint
 from reference_impl.rlhf.__main__ import main
 from reference_impl.rlhf.config import ConfigError, make_config
 from reference_impl.rlhf.trainer import RLHFTrainer
@@ -108,7 +109,7 @@ def write_metrics(run, lines: list[str]) -> str:
 
 
 def write_checkpoint(run, step: int, algo: str = "grpo", driver: bytes | None = None) -> None:
-    """A pointer and a driver.pt as save_checkpoint writes them (no worker shards)."""
+    """A pointer and a driver.pt as checkpoint.save writes them (no worker shards)."""
     path = run / "checkpoints" / f"global_step_{step}"
     path.mkdir(parents=True)
     state = {"step": step, "algo": algo, "data_rng": torch.Generator().get_state()}
@@ -253,12 +254,12 @@ def test_resume_names_a_truncated_checkpoint_shard_and_the_rank(cluster, tmp_pat
     trainer = RLHFTrainer(config)
     try:
         trainer.init_workers()
-        trainer.save_checkpoint(1)
+        checkpoint.save(str(tmp_path), 1, trainer.roles(), "grpo", trainer.data_rng)
         actor = tmp_path / "checkpoints" / "global_step_1" / "actor"
         for shard in actor.glob("*.distcp"):
             shard.write_bytes(shard.read_bytes()[:64])
         with pytest.raises(WorkerGroupError) as failure:
-            trainer.load_checkpoint(1)
+            checkpoint.load(str(tmp_path), 1, trainer.roles(), trainer.data_rng)
     finally:
         trainer.shutdown()
     assert f"cannot load checkpoint {actor} on rank 0" in str(failure.value)

@@ -228,6 +228,58 @@ def test_a_script_past_its_time_limit_is_killed_and_its_block_fails(pytester, mo
     )
 
 
+def test_a_script_killed_by_a_signal_fails_its_block_naming_the_signal(pytester):
+    # As the kernel's out-of-memory killer or a segfault would end it: no traceback, no
+    # exit status of its own, only the signal (a negative return code).
+    result = run_page(
+        pytester,
+        """
+        ~~~python
+        print("started")
+        ~~~
+
+        ~~~python
+        import os, signal
+        os.kill(os.getpid(), signal.SIGKILL)
+        ~~~
+
+        ~~~python
+        print("after")
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1, failed=2)
+    result.stdout.fnmatch_lines(
+        [
+            "*the page's script was killed by SIGKILL in this block*",
+            "*not run: the page's script stopped in the block at line 5*",
+        ]
+    )
+
+
+def test_a_script_that_exits_early_with_status_0_fails_the_blocks_it_never_ran(pytester):
+    # Found by `nox -s mutants`: a clean exit half-way is not a pass for what did not run.
+    result = run_page(
+        pytester,
+        """
+        ~~~python
+        import sys
+        print("started")
+        ~~~
+
+        ~~~python
+        sys.exit(0)
+        ~~~
+
+        ~~~python
+        print("after")
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["*not run: the page's script stopped in the block at line 6*"])
+
+
 def test_where_cuda_is_present_a_gpu_block_runs_in_its_place_in_the_script(pytester, monkeypatch):
     # The GPU path is the same script, with the gpu blocks left in; here it runs on CPU, with
     # the harness told that CUDA is present and a gpu block that needs none.

@@ -54,6 +54,24 @@ def test_failing_command_fails_the_block_with_its_exit_code(pytester):
     result.stdout.fnmatch_lines(["*`ls /no/such/dir` exited with code 2*"])
 
 
+def test_a_bash_block_fails_at_a_failing_command_that_is_not_its_last(pytester):
+    # A bash block is a script: it stops at the first command that fails (`set -e`), as
+    # a reader running it would want, and the block fails with that command's code.
+    result = run_page(
+        pytester,
+        """
+        ~~~bash
+        echo before
+        ls /no/such/dir
+        echo after
+        ~~~
+        """,
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*the script exited with code 2*", "*before*"])
+    result.stdout.no_fnmatch_line("after")
+
+
 def test_state_and_files_carry_over_like_one_terminal(pytester):
     result = run_page(
         pytester,

@@ -347,7 +347,8 @@ def test_a_few_steps_report_every_metric(tmp_path, algo, layout):
         assert 0 <= row["critic/score/mean"] <= 1
         if algo == "grpo":  # no critic: none of its stages or metrics
             assert not [n for n in PPO_ONLY if n in row], row
-    assert (tmp_path / "reward_curve.png").stat().st_size > 1000
+    # The library draws nothing: charts are benchmarks/charts.py's (tests/test_records.py).
+    assert not list(tmp_path.glob("*.png"))
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 

@@ -1,6 +1,7 @@
 """The GRPO benchmark against TRL runs (in its quick mode) and reports both systems and the ratios;
 the step profile accounts for a whole step; the chapter's chart against TRL, in both
-languages, is drawn from the committed record of the run whose figures the page quotes.
+languages, is drawn from the committed record of the run whose figures the page quotes
+(tests/test_records.py holds the page's figures to that record).
 
 Who is faster or learns more is printed, not asserted: a 15-second run on a shared
 machine says nothing reliable about that.
@@ -21,7 +22,6 @@ BENCHMARK = REPO / "benchmarks" / "rlhf_vs_trl.py"
 # The run behind docs/rlhf/img/reward_vs_trl{,.zh}.png (its README says how it was made).
 RECORD = REPO / "benchmarks" / "results" / "rlhf-vs-trl"
 CHART = REPO / "docs" / "rlhf" / "img" / "reward_vs_trl.png"
-PAGES = [REPO / "docs" / "rlhf" / "index.md", REPO / "docs" / "rlhf" / "index.zh.md"]
 
 
 # Minutes of CPU for both trainers: it runs with the learning runs, in `nox -s rlhf`.
@@ -139,7 +139,7 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_the_trl_charts_redraw_from_the_committed_record(tmp_path):
     """``--redraw`` draws both languages' charts from the record, as large as the committed ones."""
     pytest.importorskip("matplotlib")
-    from reference_impl.rlhf.metrics import chinese_font_rc
+    from benchmarks.charts import chinese_font_rc
 
     try:
         chinese_font_rc()
@@ -152,46 +152,3 @@ def test_the_trl_charts_redraw_from_the_committed_record(tmp_path):
     chinese = CHART.with_name("reward_vs_trl.zh.png")
     assert png_size(plot) == png_size(CHART)
     assert png_size(plot.with_name(chinese.name)) == png_size(chinese)
-
-
-def trl_section(page: Path) -> str:
-    """The page's text from its TRL heading to the next section's."""
-    text = page.read_text(encoding="utf-8")
-    start = text.index("{#trl}")
-    return text[start : text.index("{#gpu}", start)]
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_the_trl_figures_on_the_page_are_the_recorded_runs(page):
-    """The chart's run, as the page quotes it: its row of the table, its date, CPUs and rewards,
-    each formatted from what the run printed (report.txt) and kept (record.json)."""
-    record = json.loads((RECORD / "record.json").read_text())
-    report = (RECORD / "report.txt").read_text()
-    ratios = dict(re.findall(r"^ours/TRL (.+?)(?: \(\d+\))?: (\S+)x$", report, re.M))
-    # Each system's row ends in warm-up s, warm-up loss, RL s, RL steps, completions,
-    # tokens/s, reward, exact, load.
-    rows = [line.split()[-9:] for line in report.splitlines() if line.startswith(("ours ", "TRL "))]
-    (ours, trl), runs = rows, record["runs"]
-    for row, run in zip(rows, runs, strict=True):  # the record is the printed run's
-        assert (int(row[3]), row[6], row[8]) == (
-            run["steps"],
-            f"{run['reward']:.3f}",
-            f"{run['load']:.1f}",
-        )
-    assert f"on {record['cpus']} CPUs)" in report
-
-    section = trl_section(page)
-    table = [line for line in section.splitlines() if line.startswith("|")]
-    row = [line for line in table if record["date"] in line.split("|")[1]]
-    assert len(row) == 1, f"{page.name}: no table row for the run of {record['date']}"
-    cells = [cell.strip() for cell in row[0].strip("|").split("|")][1:]
-    assert cells == [
-        f"{ours[8]} / {trl[8]}",
-        f"{ours[3]} / {trl[3]}",
-        f"{ratios['tokens/s']}×",
-        f"{ratios['reward at equal wall time']}×",
-        f"{ratios['reward at equal RL steps']}×",
-    ], page.name
-    cpus = f"{record['cpus']} 个 CPU" if page.name.endswith(".zh.md") else f"{record['cpus']} CPUs"
-    for figure in (cpus, ours[6], trl[6]):  # and each system's final reward
-        assert figure in section, f"{page.name}: {figure!r} not in the TRL section"

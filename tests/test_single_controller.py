@@ -337,6 +337,12 @@ def padded(n):
     return data
 
 
+def test_dp_compute_metric_pads_a_batch_that_asks_for_it(shared):
+    # DP_COMPUTE_METRIC pads as DP_COMPUTE_PROTO does (veRL: both dispatch through
+    # `dispatch_dp_compute_data_proto`); a batch of 5 on 2 ranks becomes 3 + 3 rows.
+    assert [metric["rows"] for metric in shared.count(padded(5))] == [3, 3]
+
+
 def test_one_pad_size_per_call_from_all_batches(shared):
     """Two batches of a call are padded by one amount, and the result unpadded by it."""
     assert shared.keep_first(padded(5), second=padded(5)).batch["x"].tolist() == [0, 1, 2, 3, 4]
@@ -547,6 +553,13 @@ def test_pool_that_can_never_be_satisfied_fails_at_once():
     assert time.monotonic() - start < 30
 
 
+def test_a_pool_whose_later_entry_no_node_can_hold_fails_at_once():
+    # Every entry of process_on_nodes is checked, not the first alone: [1, 64] on an 8-CPU
+    # node is refused before any placement group is asked for (else it waits out the timeout).
+    with pytest.raises(PlacementTimeoutError, match=r"no node can ever hold a group of 64 bundles"):
+        RayResourcePool([1, 64], use_gpu=False, placement_timeout_s=5).slots()
+
+
 def test_pool_that_does_not_fit_now_times_out_with_numbers(pool):
     pool((1,)).slots()  # one of the 8 CPUs is held: 8 bundles fit the node, but not now
     with pytest.raises(PlacementTimeoutError, match=r"not granted within 1 s.*\[8\].*'CPU': 8"):
@@ -569,6 +582,13 @@ def test_merged_pool_spans_both_and_split_pool_cuts(pool):
     assert places == bundle_ids(whole)
     with pytest.raises(ResourcePoolError, match="do not add up"):
         split_resource_pool(pool((2,)), [1, 2])
+
+
+def test_a_merged_pool_is_one_world_of_both_pools(pool):
+    # WORLD_SIZE counts every rank of the group, on all nodes; each pool of a merged
+    # [1] + [1] is a node of its own, so LOCAL_WORLD_SIZE is 1 there but WORLD_SIZE is 2.
+    ids = group(merge_resource_pool(pool((1,)), pool((1,)))).identity()
+    assert [(i["rank"], i["world_size"]) for i in ids] == [(0, 2), (1, 2)]
 
 
 def test_a_merged_or_split_pool_refuses_to_release_what_it_does_not_own(pool):

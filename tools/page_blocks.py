@@ -177,6 +177,43 @@ def prose(text: str) -> str:
     return "\n\n".join(item for item in parse(text) if isinstance(item, str))
 
 
+HEADING = re.compile(r"^(?P<level>#{1,6})[ \t]+[^\n]*?(?:\{#(?P<anchor>[\w-]+)\})?[ \t]*$", re.M)
+
+
+def headings(text: str) -> list[tuple[int, int, str | None]]:
+    """The page's Markdown headings outside fenced blocks: (offset, level, ``{#anchor}`` or None).
+
+    A ``# comment`` line inside a code block is not a heading.
+    """
+    inside = [(item.start, item.end) for item in parse(text) if isinstance(item, Block)]
+    return [
+        (match.start(), len(match["level"]), match["anchor"])
+        for match in HEADING.finditer(text)
+        if not any(start <= match.start() < end for start, end in inside)
+    ]
+
+
+def section(text: str, anchor: str) -> str:
+    """The section whose heading carries ``{#anchor}``: from that heading up to the next
+    heading of the same or a higher level (fewer ``#``), or the end of the page.
+
+    Raises:
+        KeyError: no heading of the page carries ``{#anchor}``.
+    """
+    found = headings(text)
+    for index, (start, level, name) in enumerate(found):
+        if name == anchor:
+            end = next((at for at, lvl, _ in found[index + 1 :] if lvl <= level), len(text))
+            return text[start:end]
+    raise KeyError(f"no heading with {{#{anchor}}} on the page")
+
+
+def section_end(text: str, offset: int) -> int:
+    """Where the section that holds ``offset`` ends: the next heading of any level, or the
+    end of the page."""
+    return next((at for at, _, _ in headings(text) if at > offset), len(text))
+
+
 def blocks(page: Path) -> list[Block]:
     """The fenced blocks of the page at ``page``, in page order."""
     return [item for item in parse(page.read_text("utf-8")) if isinstance(item, Block)]

@@ -13,7 +13,7 @@ import json
 import os
 import sys
 import tempfile
-from dataclasses import fields
+from typing import get_type_hints
 
 from reference_impl.rlhf.config import DEFAULTS, ConfigError, RLHFConfig, make_config
 from reference_impl.rlhf.model import PRESETS
@@ -25,18 +25,18 @@ def parse_value(name: str, text: str):
     Raises:
         ConfigError: ``text`` is not a value of that type; the message names ``name``.
     """
-    kind = {f.name: f.type for f in fields(RLHFConfig)}.get(name)
-    if kind == "bool":
+    # The annotations are strings here (``from __future__ import annotations``):
+    # get_type_hints evaluates them into the types themselves.
+    kind = get_type_hints(RLHFConfig).get(name)
+    if kind is bool:
         if text.lower() not in ("true", "false", "1", "0"):
             raise ConfigError(f"--set {name}= takes true or false, got {text!r}")
         return text.lower() in ("true", "1")
     try:
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
+        if kind in (int, float):
+            return kind(text)
     except ValueError:
-        wanted = "an integer" if kind == "int" else "a number"
+        wanted = "an integer" if kind is int else "a number"
         raise ConfigError(f"--set {name}= takes {wanted}, got {text!r}") from None
     return text
 
@@ -107,13 +107,14 @@ def main(argv: list[str] | None = None) -> int:
 
     import ray
 
+    from reference_impl.rlhf import checkpoint
     from reference_impl.rlhf.trainer import RLHFTrainer
 
     trainer = RLHFTrainer(config)
     if config.resume:
         # Checked before Ray starts, so that a directory that cannot be resumed costs nothing.
         try:
-            trainer.resume_step()
+            checkpoint.resume_step(config.output_dir, config.algo)
         except (ConfigError, RuntimeError, ValueError) as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

@@ -16,7 +16,7 @@ worker (``verl/workers/engine_workers.py`` (``TrainingWorker.train_mini_batch``)
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 
 from reference_impl.rlhf.model import PRESETS, ModelShape
 
@@ -146,9 +146,6 @@ class RLHFConfig:
         (``verl/workers/engine_workers.py``).
         """
         return self.mini_batch_responses // self.world_size
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 DEFAULTS = {

@@ -68,6 +68,21 @@ class DigitSumTask:
         ids = [tokenizer.encode(self.prompt_text(int(t))) for t in targets]
         return torch.tensor(ids, dtype=torch.long), targets
 
+    def format_examples(
+        self, tokenizer: CharTokenizer, rows: int, generator: torch.Generator
+    ) -> tuple[torch.Tensor, int]:
+        """Rows for the supervised format warm-up: a prompt, random digits, then EOS.
+
+        The answers are well-formed but not correct: the warm-up teaches the format only.
+
+        Returns:
+            ``input_ids`` (int64, [rows, P + num_digits + 1]) and the prompt length ``P``.
+        """
+        prompts, _ = self.make_prompts(tokenizer, rows, generator)
+        digits = torch.randint(0, 10, (rows, self.num_digits), generator=generator)
+        eos = torch.full((rows, 1), tokenizer.eos_token_id)
+        return torch.cat([prompts, tokenizer.digit_ids()[digits], eos], dim=1), prompts.shape[1]
+
     def score_responses(
         self, responses: torch.Tensor, targets: torch.Tensor, tokenizer: CharTokenizer
     ) -> tuple[torch.Tensor, torch.Tensor]:

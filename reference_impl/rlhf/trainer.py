@@ -27,8 +27,6 @@ while each trajectory finishes, not on the driver.
 
 from __future__ import annotations
 
-import math
-import os
 import time
 from contextlib import contextmanager
 
@@ -40,10 +38,9 @@ from tqdm.auto import tqdm
 from reference_impl.colocation import create_colocated_worker_cls
 from reference_impl.data_proto import DataProto
 from reference_impl.resource_pool import RayResourcePool
-from reference_impl.rlhf import core_algos
-from reference_impl.rlhf.config import ConfigError, RLHFConfig, check
-from reference_impl.rlhf.engine import load_checkpoint_file
-from reference_impl.rlhf.metrics import MetricsLog, plot_reward_curve, read_metrics, train_flops
+from reference_impl.rlhf import checkpoint, core_algos
+from reference_impl.rlhf.config import RLHFConfig, check
+from reference_impl.rlhf.metrics import MetricsLog, train_flops
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.rlhf.workers import ActorRolloutRefWorker, CriticWorker
@@ -78,7 +75,7 @@ class RLHFTrainer:
         self.tokenizer = CharTokenizer()
         self.task = DigitSumTask(num_digits=config.num_digits)
         self.data_rng = torch.Generator().manual_seed(config.seed)
-        self.checkpoint_dir = os.path.join(config.output_dir, "checkpoints")
+        self.pools: list[RayResourcePool] = []
 
     # --- placement ------------------------------------------------------------
 
@@ -86,34 +83,39 @@ class RLHFTrainer:
         """Start the roles: one pool for all (``colocated``) or one pool per role (``separate``)."""
         c = self.config
         check(c, gpus_available=ray.cluster_resources().get("GPU", 0))
-        use_gpu = c.device == "cuda"
-        args = (c.to_dict(),)
-        actor_cls = RayClassWithInitArgs(self.actor_worker_cls, *args)
-        critic_cls = RayClassWithInitArgs(self.critic_worker_cls, *args)
+        # The config travels to the workers as it is: a frozen dataclass pickles whole.
+        actor_cls = RayClassWithInitArgs(self.actor_worker_cls, c)
+        critic_cls = RayClassWithInitArgs(self.critic_worker_cls, c)
+        self.pools = [self.new_pool()]
+        self.critic_wg = None
         if c.use_critic and c.layout == "colocated":
             # One process per rank holds both roles (veRL's default layout).
-            pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
             colocated = create_colocated_worker_cls(
                 {"actor_rollout": actor_cls, "critic": critic_cls}
             )
-            groups = RayWorkerGroup(pool, colocated).spawn(["actor_rollout", "critic"])
+            groups = RayWorkerGroup(self.pools[0], colocated).spawn(["actor_rollout", "critic"])
             self.actor_rollout_wg, self.critic_wg = groups["actor_rollout"], groups["critic"]
-            self.pools = [pool]
         else:
-            actor_pool = RayResourcePool(c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1)
-            self.actor_rollout_wg = RayWorkerGroup(actor_pool, actor_cls)
-            self.pools = [actor_pool]
-            self.critic_wg = None
+            self.actor_rollout_wg = RayWorkerGroup(self.pools[0], actor_cls)
             if c.use_critic:
-                critic_pool = RayResourcePool(
-                    c.process_on_nodes, use_gpu=use_gpu, max_colocate_count=1
-                )
-                self.critic_wg = RayWorkerGroup(critic_pool, critic_cls)
-                self.pools.append(critic_pool)
+                self.pools.append(self.new_pool())
+                self.critic_wg = RayWorkerGroup(self.pools[1], critic_cls)
         self.num_params = self.actor_rollout_wg.init_model()[0]
         if self.critic_wg is not None:
             self.critic_wg.init_model()
         self.peak_flops = sum(self.actor_rollout_wg.peak_flops())
+
+    def new_pool(self) -> RayResourcePool:
+        """One role's pool (``process_on_nodes``), one process per bundle."""
+        c = self.config
+        return RayResourcePool(c.process_on_nodes, use_gpu=c.device == "cuda", max_colocate_count=1)
+
+    def roles(self) -> dict[str, RayWorkerGroup]:
+        """Each role's folder in a checkpoint -> its group (``checkpoint.save``, ``load``)."""
+        groups = {"actor": self.actor_rollout_wg}
+        if self.critic_wg is not None:
+            groups["critic"] = self.critic_wg
+        return groups
 
     # --- data -------------------------------------------------------------------
 
@@ -136,13 +138,10 @@ class RLHFTrainer:
         c = self.config
         # Steps of one PPO mini-batch of responses: check() made that size split across ranks.
         rows = c.warmup_steps * c.mini_batch_responses
-        prompts, _ = self.task.make_prompts(self.tokenizer, rows, self.data_rng)
-        digits = torch.randint(0, 10, (rows, c.num_digits), generator=self.data_rng)
-        answers = self.tokenizer.digit_ids()[digits]
-        eos = torch.full((rows, 1), self.tokenizer.eos_token_id)
+        ids, prompt_length = self.task.format_examples(self.tokenizer, rows, self.data_rng)
         data = DataProto.from_dict(
-            tensors={"input_ids": torch.cat([prompts, answers, eos], dim=1)},
-            meta_info={"prompt_length": prompts.shape[1], "steps": c.warmup_steps},
+            tensors={"input_ids": ids},
+            meta_info={"prompt_length": prompt_length, "steps": c.warmup_steps},
         )
         return self.actor_rollout_wg.warmup_format(data).meta_info["metrics"]
 
@@ -241,111 +240,8 @@ class RLHFTrainer:
         return {
             "perf/total_num_tokens": float(lengths.sum()),
             "perf/throughput": float(lengths.sum()) / (timing["step"] * workers),
-            "perf/mfu/actor": 0.0 if math.isinf(self.peak_flops) else mfu,
+            "perf/mfu/actor": mfu,  # 0.0 where the peak is unknown (inf)
         }
-
-    # --- checkpoints --------------------------------------------------------------
-
-    def save_checkpoint(self, step: int) -> None:
-        """Write ``checkpoints/global_step_{step}/`` (actor, critic, driver), then the pointer."""
-        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
-        self.actor_rollout_wg.save_checkpoint(os.path.join(path, "actor"))
-        if self.critic_wg is not None:
-            self.critic_wg.save_checkpoint(os.path.join(path, "critic"))
-        # The algorithm is saved so that a resume with the other one is refused by name.
-        driver = {"step": step, "algo": self.config.algo, "data_rng": self.data_rng.get_state()}
-        torch.save(driver, os.path.join(path, "driver.pt"))
-        # Written last: a checkpoint counts only once it is complete (veRL's file name).
-        with open(os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt"), "w") as f:
-            f.write(str(step))
-
-    def latest_checkpoint(self) -> int | None:
-        """The step named by ``checkpoints/latest_checkpointed_iteration.txt``, or None.
-
-        Raises:
-            RuntimeError: the pointer file does not hold a step number.
-        """
-        pointer = os.path.join(self.checkpoint_dir, "latest_checkpointed_iteration.txt")
-        if not os.path.exists(pointer):
-            return None
-        with open(pointer) as f:
-            text = f.read().strip()
-        if not text.isdigit():
-            raise RuntimeError(
-                f"cannot resume: {pointer} should hold the step of the last complete checkpoint "
-                f"but holds {text[:40]!r}; write the N of an existing "
-                f"{self.checkpoint_dir}/global_step_N into it, or start without --resume"
-            )
-        return int(text)
-
-    def resume_step(self) -> int | None:
-        """The step ``--resume`` continues from, checked on the driver before any worker loads.
-
-        Returns None when the output directory holds no earlier run (nothing to resume:
-        the run starts from scratch).
-
-        Raises:
-            ConfigError: the directory has ``metrics.jsonl`` but no checkpoint (starting
-                over would overwrite those metrics), or the checkpoint was written by the
-                other algorithm.
-            RuntimeError: the pointer, the step's directory or its ``driver.pt`` is
-                missing or damaged; the message names the file.
-            ValueError: a line of ``metrics.jsonl`` is not JSON; the message names it.
-        """
-        c = self.config
-        step = self.latest_checkpoint()
-        if step is None:
-            metrics = os.path.join(c.output_dir, "metrics.jsonl")
-            if os.path.exists(metrics):
-                # Refuse rather than start over: a fresh run would replace metrics.jsonl.
-                raise ConfigError(
-                    f"--resume: {c.output_dir} holds {metrics} but no checkpoint "
-                    f"({self.checkpoint_dir}/latest_checkpointed_iteration.txt is missing; "
-                    "save_freq=0, the default, writes none), so there is nothing to resume "
-                    "from. Start without --resume in a new --output-dir, or pass "
-                    "--save-freq N so that the next run writes checkpoints; metrics.jsonl "
-                    "was left as it is"
-                )
-            return None
-        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
-        driver_file = os.path.join(path, "driver.pt")
-        if not os.path.exists(driver_file):
-            raise RuntimeError(
-                f"cannot resume from step {step}: {driver_file} does not exist (the pointer "
-                f"names a checkpoint that is missing or incomplete); write the N of a "
-                f"complete global_step_N into latest_checkpointed_iteration.txt"
-            )
-        driver = self._load_driver(driver_file)
-        # Checkpoints from before the algorithm was saved: only PPO writes a critic.
-        has_critic = os.path.isdir(os.path.join(path, "critic"))
-        saved_algo = driver.get("algo") or ("ppo" if has_critic else "grpo")
-        if saved_algo != c.algo:
-            raise ConfigError(
-                f"checkpoint at step {step} ({path}) was written by {saved_algo}, this run is "
-                f"{c.algo}; resume with --algo {saved_algo}, or start without --resume in a "
-                "new --output-dir"
-            )
-        metrics = os.path.join(c.output_dir, "metrics.jsonl")
-        if os.path.exists(metrics):
-            read_metrics(metrics)  # a damaged line fails here, before any worker loads
-        return step
-
-    def _load_driver(self, driver_file: str) -> dict:
-        return load_checkpoint_file(driver_file)
-
-    def load_checkpoint(self, step: int) -> None:
-        """Load ``checkpoints/global_step_{step}/`` into the workers and the driver.
-
-        Raises:
-            RuntimeError: a file of the checkpoint cannot be read (the message names it;
-                a worker's error also names its rank).
-        """
-        path = os.path.join(self.checkpoint_dir, f"global_step_{step}")
-        self.actor_rollout_wg.load_checkpoint(os.path.join(path, "actor"))
-        if self.critic_wg is not None:
-            self.critic_wg.load_checkpoint(os.path.join(path, "critic"))
-        driver = self._load_driver(os.path.join(path, "driver.pt"))
-        self.data_rng.set_state(driver["data_rng"])
 
     # --- the loop -----------------------------------------------------------------
 
@@ -356,14 +252,15 @@ class RLHFTrainer:
 
         Raises:
             ConfigError, RuntimeError: ``resume`` is set and the output directory cannot
-                be resumed from (see :meth:`resume_step`); nothing in it is changed then.
+                be resumed from (see :func:`~reference_impl.rlhf.checkpoint.resume_step`);
+                nothing in it is changed then.
             ValueError: a line of ``metrics.jsonl`` is not JSON (the message names the line).
         """
         c = self.config
-        start_step = self.resume_step() if c.resume else None
+        start_step = checkpoint.resume_step(c.output_dir, c.algo) if c.resume else None
         log = MetricsLog(c.output_dir, c.tensorboard, resume_step=start_step)
         if start_step is not None:
-            self.load_checkpoint(start_step)
+            checkpoint.load(c.output_dir, start_step, self.roles(), self.data_rng)
         else:
             start_step = 0
             timing: dict[str, float] = {}
@@ -381,21 +278,16 @@ class RLHFTrainer:
             history.append(metrics)
             bar.set_postfix(score=f"{metrics['critic/score/mean']:.3f}")
             if c.save_freq and step % c.save_freq == 0:
-                self.save_checkpoint(step)
+                checkpoint.save(c.output_dir, step, self.roles(), c.algo, self.data_rng)
             recent = [m["critic/score/mean"] for m in history[-5:]]
             if c.target_score and len(recent) == 5 and sum(recent) / 5 >= c.target_score:
                 break
             if c.time_limit_s and time.perf_counter() - started >= c.time_limit_s:
                 break
         log.close()
-        plot_reward_curve(
-            log.path,
-            os.path.join(c.output_dir, "reward_curve.png"),
-            f"{c.algo.upper()}, {c.preset}",
-        )
         return history
 
     def shutdown(self) -> None:
         """Release the placement groups (safe to call if ``init_workers`` failed early)."""
-        for pool in getattr(self, "pools", []):
+        for pool in self.pools:
             pool.release()

@@ -158,12 +158,26 @@ def actor_loss(log_prob, entropy, part: dict, mini_batch: dict, config: RLHFConf
     return loss * loss_share, metrics
 
 
+def warmup_rows(ids: torch.Tensor, step: int, steps: int) -> torch.Tensor:
+    """The rows of ``ids`` (one rank's share) that warm-up step ``step`` of ``steps`` trains on."""
+    per_step = max(1, len(ids) // steps)
+    return ids[(step * per_step) % len(ids) :][:per_step]
+
+
+def format_loss(model, batch: torch.Tensor, prompt_length: int) -> torch.Tensor:
+    """Cross-entropy of the answer tokens of ``batch`` (int64 [b, P + R]) after the prompt."""
+    logits = model(input_ids=batch).logits[:, prompt_length - 1 : -1].float()
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), batch[:, prompt_length:].reshape(-1)
+    )
+
+
 class _ModelWorker(Worker):
     """Shared set-up: config, device, model config, per-rank random generators."""
 
-    def __init__(self, config: dict) -> None:
+    def __init__(self, config: RLHFConfig) -> None:
         super().__init__()
-        self.config = RLHFConfig(**config)
+        self.config = config
         self.device = self.config.device
         # Trained models keep fp32 master weights (engine.shard computes in bf16 on GPU);
         # the rollout copy only generates, so on GPU it is bf16 outright.
@@ -251,14 +265,9 @@ class ActorRolloutRefWorker(_ModelWorker):
         data = self._to_device(data)
         prompt_length, steps = data.meta_info["prompt_length"], data.meta_info["steps"]
         optimizer = make_optimizer(self.actor, self.config.warmup_lr)
-        ids = data.batch["input_ids"]
-        per_step = max(1, len(data) // steps)
         for step in range(steps):
-            batch = ids[(step * per_step) % len(data) :][:per_step]
-            logits = self.actor(input_ids=batch).logits[:, prompt_length - 1 : -1].float()
-            loss = torch.nn.functional.cross_entropy(
-                logits.reshape(-1, logits.shape[-1]), batch[:, prompt_length:].reshape(-1)
-            )
+            batch = warmup_rows(data.batch["input_ids"], step, steps)
+            loss = format_loss(self.actor, batch, prompt_length)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

@@ -10,7 +10,8 @@ a time limit that kills its whole process group.
 
 A block that raises ends the script: its item fails with the traceback, whose lines in
 the script are given as the page's (``docs/x.md, line N``); the items of the blocks after
-it fail as not run. A script killed at its limit fails the block it was in, saying so.
+it fail as not run. A script killed at its limit, or by a signal, fails the block it was in,
+saying so (``killed by SIGKILL``).
 
 The only other path is ``--backend=verl`` (``on_verl.py``), which swaps ``reference_impl``
 for veRL inside the test process and so runs blocks there.
@@ -62,7 +63,13 @@ class PageRun:
                 f"while this block ran:\n{self.stderr[-4000:]}"
             )
         if self.returncode != 0 and number == self.last_started:
-            return None, f"the page's script raised in this block:\n{self.stderr[-4000:]}"
+            # A negative code is the signal that ended it: out of memory, a segfault.
+            how = (
+                f"was killed by {signal.Signals(-self.returncode).name}"
+                if self.returncode < 0
+                else "raised"
+            )
+            return None, f"the page's script {how} in this block:\n{self.stderr[-4000:]}"
         if number not in self.printed or (self.returncode != 0 and number > self.last_started):
             stopped = self.fence_lines.get(self.last_started, "?")
             return None, f"not run: the page's script stopped in the block at line {stopped}"

@@ -348,7 +348,7 @@ RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run"
 
 
 def test_the_run_matches_the_record_the_chapter_shows(run):
-    """docs/verl/run-layout.md#cpu-run shows the committed record (tests/test_verl_cpu_record.py
+    """docs/verl/run-layout.md#cpu-run shows the committed record (tests/test_records.py
     holds the page to it); this run must have the same actors, the same logical resources held
     and the same calls, so that the page stays what veRL 0.9.1 does."""
     record = json.loads((RECORD / f"{run['algo']}.json").read_text())

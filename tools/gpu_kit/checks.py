@@ -111,13 +111,7 @@ def gpu_pages() -> tuple[list[str], list[str]]:
         gpu = [block for block in found if block.kind == "gpu"]
         if not gpu:
             continue
-        inside = [(block.start, block.end) for block in found]
-        headings = (
-            match.start()
-            for match in re.finditer(r"^#{1,6} ", text, re.MULTILINE)
-            if match.start() > gpu[-1].end and not any(a <= match.start() < b for a, b in inside)
-        )
-        cut = next(headings, len(text))
+        cut = page_blocks.section_end(text, gpu[-1].end)
         name = str(page.relative_to(ROOT))
         pages.append(name)
         for block in found:
@@ -228,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             learning.update(json.loads(figures.read_text()))  # keys "learning" and "mfu"
             figures.unlink()  # now in summary.json
         learning["ok"] = learning.get("learning", {}).get("reached", False)
-        for name in ("metrics.jsonl", "reward_curve.png"):
+        for name in ("metrics.jsonl",):  # the chart: benchmarks/charts.py, from this file
             if (results / "gpu-grpo" / name).exists():
                 shutil.copy(results / "gpu-grpo" / name, results / name)
         line = last_line(results / "learning.log", r"^gpu learning run: .*$")
