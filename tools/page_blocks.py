@@ -416,7 +416,9 @@ def script_of_line(text: str, line: int) -> int:
     parts = script_parts(text)
     number, script = 0, 0
     for item in parse(text):
-        if not isinstance(item, Block) or item.line > line:
+        if not isinstance(item, Block):
+            continue
+        if item.line > line:
             break
         if item.kind in EXECUTED_PYTHON:
             number += 1
