@@ -8,8 +8,6 @@ pytest on it in-process (pytester), with the doc-block plugin and pytest's cache
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 
 from tests.test_docblocks import CONFTEST

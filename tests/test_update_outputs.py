@@ -52,7 +52,9 @@ def test_a_stale_output_block_is_rewritten_in_both_languages(pytester):
 
     result = pytester.runpytest_inprocess(*PLUGIN, "--update-outputs")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*output blocks rewritten*", "page.md, line 9 and page.zh.md, line 9"])
+    result.stdout.fnmatch_lines(
+        ["*output blocks rewritten*", "page.md, line 9 and page.zh.md, line 9"]
+    )
     for name, text in before.items():
         assert STALE in text
         assert (pytester.path / name).read_text() == text.replace(STALE, FRESH), name

@@ -117,7 +117,7 @@ def entry(unit: str) -> str:
 
 
 def collect(session) -> None:
-    """After collection: key each whole page (or page script), and skip those whose key is stored."""
+    """After collection: key each whole page (or page script); skip those whose key is stored."""
     config = session.config
     state = config.stash[STATE] = {"keys": {}, "items": {}, "off": why_off(config)}
     if state["off"] is not None:

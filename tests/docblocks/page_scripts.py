@@ -143,9 +143,7 @@ def only_blocks(script: str, numbers: set[int]) -> str:
     return "".join(kept)
 
 
-def run_page_script(
-    page: Path, where: dict[int, tuple[int, int]], part: bool = False
-) -> PageRun:
+def run_page_script(page: Path, where: dict[int, tuple[int, int]], part: bool = False) -> PageRun:
     """Write the page's script (with marker lines) and run it as a reader would.
 
     ``where``: block number -> (its fence's page line, its length), to report page lines.

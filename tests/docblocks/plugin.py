@@ -37,6 +37,7 @@ from sybil.integration.pytest import SybilItem
 import page_blocks
 import take_away
 from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
+from tests.docblocks import cache, update_outputs
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
 from tests.docblocks.page_scripts import (
     SCRIPT_LIMIT_S,
@@ -53,7 +54,6 @@ from tests.docblocks.python_blocks import (
     check_data,
     report_problem,
 )
-from tests.docblocks import cache, update_outputs
 from tests.docblocks.shell_blocks import (
     FileBlock,
     ShellBlock,
@@ -91,7 +91,6 @@ def pytest_addoption(parser):
         "with reference_impl's imports replaced by veRL 0.9.1's (tests/upstream/backend.py); "
         "other pages are not collected.",
     )
-
 
     update_outputs.addoption(parser)
     cache.addoption(parser)
@@ -346,7 +345,10 @@ ROWS = (
     ("python, listed difference", "listed differences (each must differ on veRL)"),
     ("output, listed difference", "their output blocks (each must differ, or its block raise)"),
     ("unmarked", "unmarked blocks (each fails)"),
-    (cache.LABEL, "blocks not run: their page passed, and it is unchanged (tests/docblocks/cache.py)"),
+    (
+        cache.LABEL,
+        "blocks not run: their page passed, and it is unchanged (tests/docblocks/cache.py)",
+    ),
 )
 
 

@@ -136,13 +136,19 @@ def plan(page: Path, start: int, printed: str) -> tuple[str | None, str]:
 def replaced(text: str, edit: Edit) -> str:
     """``text`` with the block of ``edit`` given its new source, indentation and fences kept."""
     block = next(
-        b for b in page_blocks.parse(text) if isinstance(b, page_blocks.Block) and b.start == edit.start
+        b
+        for b in page_blocks.parse(text)
+        if isinstance(b, page_blocks.Block) and b.start == edit.start
     )
     if block.source != edit.old:
-        raise RuntimeError(f"{edit.page}: the output block at line {block.line} changed under the run")
+        raise RuntimeError(
+            f"{edit.page}: the output block at line {block.line} changed under the run"
+        )
     lines = block.text.splitlines(keepends=True)
     indent = page_blocks.FENCE.match(lines[0].rstrip("\n"))["indent"]
-    body = "".join(f"{indent}{line}" if line.strip() else line for line in edit.new.splitlines(True))
+    body = "".join(
+        f"{indent}{line}" if line.strip() else line for line in edit.new.splitlines(True)
+    )
     closing = lines[-1] if len(lines) > 1 else ""
     new_text = lines[0] + body + closing
     return text[: block.start] + new_text + text[block.start + len(block.text) :]
