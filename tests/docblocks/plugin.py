@@ -37,7 +37,7 @@ from sybil.integration.pytest import SybilItem
 import page_blocks
 import take_away
 from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
-from tests.docblocks import cache, update_outputs
+from tests.docblocks import cache, longest_first, update_outputs
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
 from tests.docblocks.page_scripts import (
     SCRIPT_LIMIT_S,
@@ -246,6 +246,7 @@ ALONE_PAGES = (DOCS / "verl" / "transferqueue.md",)
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     cache.remember_collected(config, items)  # before `-m` and `-k` deselect
+    longest_first.reorder(config, items)
     # Before `-m` deselects: every item of a page with shell blocks is marked `shell`,
     # so the whole page runs in a shell pass (see tests/passes.py).
     shell_pages: dict[Path, bool] = {}
@@ -276,6 +277,12 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return script_scope(config.rootpath, nodeid)
 
+        def schedule(self) -> None:
+            # The workers collected the files longest first (longest_first.py): keep that
+            # order rather than xdist's (most items first).
+            self.config.option.loadscopereorder = False
+            super().schedule()
+
     return ScriptScopeScheduling(config, log)
 
 
@@ -286,6 +293,7 @@ def pytest_collection_finish(session):
 def pytest_runtest_logreport(report):
     if "value" in CONFIG:
         cache.record(CONFIG["value"], report)
+        longest_first.record(CONFIG["value"], report)
 
 
 def label(parsed) -> str:
@@ -331,6 +339,7 @@ def pytest_sessionfinish(session, exitstatus):
     store the cache keys of the pages that passed whole here (cache.py)."""
     update_outputs.write_pending()
     cache.store(session.config)
+    longest_first.store(session.config)  # what each file took, for the next run's order
 
 
 ROWS = (
