@@ -47,3 +47,13 @@ def test_the_controller_records_what_each_file_took(pytester):
     took = json.loads(record.read_text())
     assert took["test_slow.py"] >= 1.1
     assert "test_quick.py" not in took  # under a second: not worth a place in the order
+
+
+def test_without_a_cache_the_shipped_record_gives_the_order(pytester):
+    for name in ("test_a", "test_b"):
+        pytester.makepyfile(**{name: "def test_one():\n    pass\n"})
+    (pytester.path / "tests").mkdir()
+    (pytester.path / "tests" / "durations.json").write_text(json.dumps({"test_b.py": 9.0}))
+    result = pytester.runpytest_subprocess(*PLUGIN, "-p", "no:cacheprovider")
+    ran = [line.split()[-1].split("::")[0] for line in result.outlines if " PASSED " in line]
+    assert ran == ["test_b.py", "test_a.py"]
