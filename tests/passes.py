@@ -3,6 +3,7 @@
     python -m tests.passes              (3 workers)
     python -m tests.passes --workers 4
     python -m tests.passes --burners 2 docs/cluster/bottleneck.md   (nox -s busy)
+    python -m tests.passes --no-cache   (pytest options pass through)
 
 The suite has two kinds of items (see ``tests/docblocks/plugin.py``):
 
@@ -142,7 +143,8 @@ def main() -> int:
         "--burners", type=int, default=0, help="CPU-burning processes beside the run (default 0)"
     )
     parser.add_argument("paths", nargs="*", help="pages or tests to run (default: everything)")
-    args = parser.parse_args()
+    # Other options go to pytest as they are: --no-cache, --update-outputs (tests/docblocks/).
+    args, options = parser.parse_known_args()
     if args.workers < 1:
         parser.error(f"--workers must be at least 1, got {args.workers}")
     if args.burners < 0:
@@ -160,7 +162,7 @@ def main() -> int:
                 f"tests/passes.py: {args.workers} xdist workers, each in its own namespaces",
                 flush=True,
             )
-            code = run_with_limit([*command, *args.paths], env)
+            code = run_with_limit([*command, *options, *args.paths], env)
             print(f"tests/passes.py: the suite took {time.monotonic() - started:.0f} s")
             return code
 
@@ -168,7 +170,7 @@ def main() -> int:
         codes = []
         for command in one_at_a_time():
             began = time.monotonic()
-            codes.append(subprocess.run([*command, *args.paths], cwd=REPO).returncode)
+            codes.append(subprocess.run([*command, *options, *args.paths], cwd=REPO).returncode)
             print(f"tests/passes.py: {' '.join(command[1:])}: {time.monotonic() - began:.0f} s")
         # Exit code 5 (nothing selected) is fine for either run given a list of paths.
         allowed = (0, 5) if args.paths else (0,)

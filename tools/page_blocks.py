@@ -330,3 +330,134 @@ def twin_mismatch(english: Block, chinese: Block) -> str | None:
     ):
         return "the illustration differs from its twin in more than its comments"
     return None
+
+
+# --- a page's script in parts ---------------------------------------------------------------
+
+# A page may ask for its python blocks to be run as several scripts, one per group of `##`
+# sections, so that a long page of independent entries (docs/errata.md) spreads over the
+# suite's workers: the line `<!-- page: scripts=3 -->` anywhere in its prose.
+SCRIPTS = re.compile(r"^<!--\s*page:\s*scripts\s*=\s*(?P<count>\d+)\s*-->[ \t]*$", re.M)
+SECTION = re.compile(r"^## ", re.M)
+
+
+def script_count(text: str) -> int:
+    """How many scripts the page's python blocks run as: 1 unless the page says otherwise."""
+    found = SCRIPTS.search(text)
+    return max(1, int(found["count"])) if found else 1
+
+
+def free_and_bound(source: str) -> tuple[set[str], set[str]]:
+    """(names a piece of code reads but never binds, names it binds), by its syntax alone."""
+    import ast
+    import builtins
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # a block that shows a SyntaxError: it binds and reads nothing
+        return set(), set()
+    bound, read = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+    return read - bound - set(dir(builtins)), bound
+
+
+@functools.cache
+def script_parts(text: str) -> dict[int, int | None]:
+    """Which script runs each python or gpu block (numbered from 1 in page order): block -> script.
+
+    Script 0 alone for an ordinary page. On a page with ``<!-- page: scripts=N -->``:
+
+    * the blocks before the first ``##`` heading (the page's set-up) run at the start of
+      every script (``None``); their items report from script 0;
+    * a ``##`` section's blocks run in one script, in page order;
+    * a section that reads a name an earlier section binds (not the set-up: every script
+      has that) runs in that section's script, so what it reads is there;
+    * the groups of sections so formed are dealt to the N scripts, largest first (by lines
+      of code) to the script with the fewest lines, keeping page order within each script.
+
+    What a section needs from another one besides names (a named actor, a file) must be
+    made in the section itself, or in the set-up.
+    """
+    count = script_count(text)
+    sections: list[list[tuple[int, Block]]] = []  # [] for the set-up: blocks before any ##
+    setup_bound: set[str] = set()  # what the set-up binds: every script has it
+    number = 0
+    started = False
+    setup: list[int] = []
+    for item in parse(text):
+        if isinstance(item, str):
+            if SECTION.search(item):
+                started = True
+                sections.append([])
+            continue
+        if item.kind not in EXECUTED_PYTHON:
+            continue
+        number += 1
+        if started:
+            sections[-1].append((number, item))
+        else:
+            setup.append(number)
+            setup_bound |= free_and_bound(item.source)[1]
+    parts: dict[int, int | None] = dict.fromkeys(range(1, number + 1), 0)
+    if count == 1:
+        return parts
+    parts.update(dict.fromkeys(setup))
+    sections = [section for section in sections if section]
+    group = list(range(len(sections)))  # union-find over sections
+
+    def find(i: int) -> int:
+        while group[i] != i:
+            group[i] = group[group[i]]
+            i = group[i]
+        return i
+
+    binds: list[set[str]] = []
+    for index, section in enumerate(sections):
+        free, bound = free_and_bound("".join(block.source for _, block in section))
+        for earlier in range(index):
+            if (free - setup_bound) & binds[earlier]:
+                group[find(index)] = find(earlier)
+        binds.append(bound)
+    groups: dict[int, list[int]] = {}
+    for index in range(len(sections)):
+        groups.setdefault(find(index), []).append(index)
+
+    def size(indexes: list[int]) -> int:
+        return sum(block.source.count("\n") for i in indexes for _, block in sections[i])
+
+    load = [0] * count
+    for indexes in sorted(groups.values(), key=lambda g: (-size(g), g[0])):
+        script = load.index(min(load))
+        load[script] += size(indexes)
+        for i in indexes:
+            for block_number, _ in sections[i]:
+                parts[block_number] = script
+    return parts
+
+
+def script_of_line(text: str, line: int) -> int:
+    """The script that reports the block whose fence is at ``line``: its python block's script
+    (an output block: the python block above it; others: the section's, or 0)."""
+    parts = script_parts(text)
+    number, script = 0, 0
+    for item in parse(text):
+        if not isinstance(item, Block):
+            continue
+        if item.line > line:
+            break
+        if item.kind in EXECUTED_PYTHON:
+            number += 1
+            script = parts[number] or 0
+    return script

@@ -19,6 +19,7 @@ for veRL inside the test process and so runs blocks there.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -30,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+import page_blocks
 import take_away
 from tests.docblocks.python_blocks import RAY_FORWARDED, PythonBlock, cuda_available
 
@@ -127,15 +129,39 @@ def with_page_lines(stderr: str, script: Path, page: str, mapping: dict[int, int
     return re.sub(frame + r'", line (\d+)', replace, stderr)
 
 
-def run_page_script(page: Path, where: dict[int, tuple[int, int]]) -> PageRun:
+def only_blocks(script: str, numbers: set[int]) -> str:
+    """The page's script (with marker lines) cut down to the blocks ``numbers``.
+
+    For a page run as several scripts (``page_blocks.script_parts``): what comes before the
+    first marker line (comments) and from the ``end`` marker on (Ray's shutdown) is kept,
+    and each block in ``numbers`` from its marker line to the next marker line (so the
+    prose comments before a block go with the block above it).
+    """
+    marker = re.compile(
+        r"print\('" + re.escape(MARKER_PREFIX) + r"(\w+)" + re.escape(MARKER_SUFFIX) + r"'"
+    )
+    kept, keep = [], True
+    for line in script.splitlines(keepends=True):
+        found = marker.match(line)
+        if found is not None:
+            keep = found[1] == "end" or int(found[1]) in numbers
+        if keep:
+            kept.append(line)
+    return "".join(kept)
+
+
+def run_page_script(page: Path, where: dict[int, tuple[int, int]], part: bool = False) -> PageRun:
     """Write the page's script (with marker lines) and run it as a reader would.
 
     ``where``: block number -> (its fence's page line, its length), to report page lines.
+    ``part``: run only the blocks in ``where``, one of the page's scripts (``only_blocks``).
     """
     docs = next((p for p in page.parents if p.name == "docs"), page.parent)
     with tempfile.TemporaryDirectory(prefix="page-script-") as folder:
         script = Path(folder) / (take_away.download_name(page, docs) + ".py")
         text = take_away.script_text(page, docs, markers=True, gpu=cuda_available())
+        if part:
+            text = only_blocks(text, set(where))
         script.write_text(text, "utf-8")
         work = Path(folder) / "work"  # the reader's empty directory
         work.mkdir()
@@ -174,6 +200,7 @@ class PageScript:
     page: Path
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # see run_page_script
     run: PageRun | None = None
+    part: bool = False  # one of several scripts of the page (page_blocks.script_parts)
 
 
 @dataclass
@@ -197,9 +224,37 @@ def run_in_page_script(example) -> str | None:
         pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
     shared = block.script
     if shared.run is None:
-        shared.run = run_page_script(shared.page, shared.where)
+        shared.run = run_page_script(shared.page, shared.where, shared.part)
     printed, failure = shared.run.outcome(block.number)
     if failure is not None:
         return failure
     block.printed = printed
     return None
+
+
+def page_text(path: Path) -> str:
+    stat = path.stat()
+    return _page_text(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.cache
+def _page_text(path: Path, mtime_ns: int, size: int) -> str:  # read again once changed
+    return path.read_text("utf-8")
+
+
+def script_scope(root: Path, nodeid: str) -> str:
+    """The items that must run in one process, in one go: a page, or one of its scripts.
+
+    pytest-xdist's ``--dist loadfile`` sends each file's items to one worker; a page run as
+    several scripts (``page_blocks.script_parts``) is split here into one scope per script
+    (``docs/errata.md::script1``), which workers take up as they would files (plugin.py's
+    scheduler). The execution cache (cache.py) keys and stores the same scopes.
+    """
+    file, _, rest = nodeid.partition("::")
+    line = re.search(r"line:(\d+)", rest)
+    if not file.endswith(".md") or line is None or not (root / file).is_file():
+        return file
+    text = page_text(root / file)
+    if page_blocks.script_count(text) == 1:
+        return file
+    return f"{file}::script{page_blocks.script_of_line(text, int(line[1]))}"

@@ -37,12 +37,14 @@ from sybil.integration.pytest import SybilItem
 import page_blocks
 import take_away
 from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
+from tests.docblocks import cache, longest_first, update_outputs
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
 from tests.docblocks.page_scripts import (
     SCRIPT_LIMIT_S,
     PageScript,
     ScriptBlock,
     run_in_page_script,
+    script_scope,
 )
 from tests.docblocks.python_blocks import (
     DataBlock,
@@ -50,7 +52,6 @@ from tests.docblocks.python_blocks import (
     Problem,
     PythonBlock,
     check_data,
-    check_output,
     report_problem,
 )
 from tests.docblocks.shell_blocks import (
@@ -91,10 +92,34 @@ def pytest_addoption(parser):
         "other pages are not collected.",
     )
 
+    update_outputs.addoption(parser)
+    cache.addoption(parser)
+
+
+CONFIG: dict = {}  # the running session's config, for hooks that are not given it
+
 
 def pytest_configure(config):
+    # A pytester run inside a test configures this module again: restore the outer values.
+    saved = (dict(EXECUTE_LANGUAGES), dict(BACKEND), dict(update_outputs.ENABLED), dict(CONFIG))
+    config.stash[SAVED] = saved
     EXECUTE_LANGUAGES["value"] = config.getoption("--doc-languages")
+    update_outputs.ENABLED["value"] = config.getoption(update_outputs.OPTION)
+    CONFIG["value"] = config
     BACKEND["value"] = config.getoption("--backend")
+
+
+SAVED = pytest.StashKey[tuple]()
+
+
+def pytest_unconfigure(config):
+    saved = config.stash.get(SAVED, None)
+    if saved is not None:
+        for target, values in zip(
+            (EXECUTE_LANGUAGES, BACKEND, update_outputs.ENABLED, CONFIG), saved, strict=True
+        ):
+            target.clear()
+            target.update(values)
 
 
 def parse_blocks(document: Document) -> Iterator[Region]:
@@ -107,7 +132,8 @@ def parse_blocks(document: Document) -> Iterator[Region]:
     if page_blocks.language(path) == "zh" and EXECUTE_LANGUAGES["value"] == "en":
         return
     page = [b for b in page_blocks.parse(document.text) if isinstance(b, page_blocks.Block)]
-    script = PageScript(path)
+    scripts = PageScripts(path, document.text)
+    number = 0
     refused = None
     if any(block.kind in EXECUTED_PYTHON for block in page):
         try:
@@ -135,18 +161,37 @@ def parse_blocks(document: Document) -> Iterator[Region]:
             if refused is not None:
                 yield Region(*where, refused, report_problem)
                 continue
-            number = len(script.where) + 1
-            script.where[number] = (block.line, block.source.count("\n"))
+            number += 1
+            script = scripts.add(number, block)
             gpu = block.kind == "gpu"
             previous = ScriptBlock(block.source, script=script, number=number, gpu=gpu)
             yield Region(*where, previous, run_in_page_script)
         elif block.kind == "output":
-            yield Region(*where, ExpectedOutput(block.source, follows), check_output)
+            expected = ExpectedOutput(block.source, follows)
+            yield Region(*where, expected, update_outputs.check_or_update)
         elif block.kind == "data" and block.language in DATA_LANGUAGES:
             yield Region(*where, DataBlock(block.source, block.language), check_data)
         elif block.kind == "unmarked":
             yield Region(*where, unmarked(block), report_problem)
         # "illustration" blocks, and data in languages we cannot parse, are shown, not run.
+
+
+class PageScripts:
+    """The scripts a page's python blocks run as: one, or one per group of sections on a page
+    with ``<!-- page: scripts=N -->`` (``page_blocks.script_parts``). The page's set-up
+    blocks (before its first ``##``) run in each of them; their items report from the first."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.parts = page_blocks.script_parts(text)
+        count = page_blocks.script_count(text)
+        self.scripts = [PageScript(path, part=count > 1) for _ in range(count)]
+
+    def add(self, number: int, block: page_blocks.Block) -> PageScript:
+        """Put block ``number`` in its script(s); returns the script its item reports from."""
+        part = self.parts[number]
+        for script in self.scripts if part is None else [self.scripts[part]]:
+            script.where[number] = (block.line, block.source.count("\n"))
+        return self.scripts[part or 0]
 
 
 def unmarked(block: page_blocks.Block) -> Problem:
@@ -200,6 +245,8 @@ ALONE_PAGES = (DOCS / "verl" / "transferqueue.md",)
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
+    cache.remember_collected(config, items)  # before `-m` and `-k` deselect
+    longest_first.reorder(config, items)
     # Before `-m` deselects: every item of a page with shell blocks is marked `shell`,
     # so the whole page runs in a shell pass (see tests/passes.py).
     shell_pages: dict[Path, bool] = {}
@@ -217,6 +264,36 @@ def pytest_collection_modifyitems(config, items):
             # Any of these items may be the one that runs the page's whole script
             # (page_scripts.py), which has its own limit.
             item.add_marker(pytest.mark.timeout(SCRIPT_LIMIT_S + 60))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile``, with a page run as several scripts spread as several files."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScriptScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return script_scope(config.rootpath, nodeid)
+
+        def schedule(self) -> None:
+            # The workers collected the files longest first (longest_first.py): keep that
+            # order rather than xdist's (most items first).
+            self.config.option.loadscopereorder = False
+            super().schedule()
+
+    return ScriptScopeScheduling(config, log)
+
+
+def pytest_collection_finish(session):
+    cache.collect(session)  # pages unchanged since they passed are skipped (cache.py)
+
+
+def pytest_runtest_logreport(report):
+    if "value" in CONFIG:
+        cache.record(CONFIG["value"], report)
+        longest_first.record(CONFIG["value"], report)
 
 
 def label(parsed) -> str:
@@ -245,9 +322,24 @@ def pytest_runtest_makereport(item, call):
     if isinstance(item, SybilItem):
         parsed = item.example.parsed
         properties = outcome.get_result().user_properties
-        properties.append(("docblock", label(parsed)))
+        if cache.from_cache(item):
+            properties.append(("docblock", cache.LABEL))
+            properties.append(("cached page", item.stash[cache.STATE]["page"]))
+        else:
+            properties.append(("docblock", label(parsed)))
         if isinstance(parsed, ShellBlock) and parsed.language == "console":
             properties.append(("commands", len(parse_console(parsed.source))))
+        place = (str(item.example.path), item.example.region.start)
+        if call.when == "call" and place in update_outputs.UPDATED:
+            properties.append(("output updated", update_outputs.UPDATED[place]))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """--update-outputs: write what this process's pages queued (update_outputs.py); and
+    store the cache keys of the pages that passed whole here (cache.py)."""
+    update_outputs.write_pending()
+    cache.store(session.config)
+    longest_first.store(session.config)  # what each file took, for the next run's order
 
 
 ROWS = (
@@ -262,6 +354,10 @@ ROWS = (
     ("python, listed difference", "listed differences (each must differ on veRL)"),
     ("output, listed difference", "their output blocks (each must differ, or its block raise)"),
     ("unmarked", "unmarked blocks (each fails)"),
+    (
+        cache.LABEL,
+        "blocks not run: their page passed, and it is unchanged (tests/docblocks/cache.py)",
+    ),
 )
 
 
@@ -278,6 +374,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                 results[properties["docblock"], outcome] += 1
                 if outcome == "passed":
                     commands += properties.get("commands", 0)
+    updated = [
+        dict(report.user_properties)["output updated"]
+        for report in terminalreporter.stats.get("passed", [])
+        if "output updated" in dict(getattr(report, "user_properties", ()))
+    ]
+    if updated:
+        terminalreporter.write_sep("=", f"{update_outputs.OPTION}: output blocks rewritten")
+        for where in updated:
+            terminalreporter.write_line(where)
     if not results:
         return
     where = " on veRL 0.9.1 (--backend=verl)" if BACKEND["value"] == "verl" else ""
@@ -289,8 +394,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(f"{text}: {', '.join(counts)}")
     if commands:
         terminalreporter.write_line(f"shell commands run and compared: {commands}")
+    cache_line(terminalreporter, config)
     if EXECUTE_LANGUAGES["value"] == "en" and BACKEND["value"] != "verl":
         terminalreporter.write_line(
             "Chinese pages: not run; tests/test_docs_pages.py checks they carry the same "
             "code (--doc-languages=all runs them)"
         )
+
+
+def cache_line(terminalreporter, config) -> None:
+    """One line: how many pages the cache gave this run, or why it was off."""
+    pages = {
+        dict(report.user_properties)["cached page"]
+        for report in terminalreporter.stats.get("skipped", [])
+        if "cached page" in dict(getattr(report, "user_properties", ()))
+    }
+    off = cache.why_off(config)
+    if off is not None:
+        if terminalreporter.stats.get("passed") or terminalreporter.stats.get("failed"):
+            terminalreporter.write_line(f"execution cache off ({off}): every page ran")
+        return
+    blocks = sum(
+        1
+        for report in terminalreporter.stats.get("skipped", [])
+        if "cached page" in dict(getattr(report, "user_properties", ()))
+    )
+    terminalreporter.write_line(
+        f"execution cache: {len(pages)} pages ({blocks} blocks) taken from the cache, "
+        f"unchanged since they passed; `{cache.OPTION}` runs them"
+    )
