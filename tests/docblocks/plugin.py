@@ -219,6 +219,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.timeout(SCRIPT_LIMIT_S + 60))
 
 
+def pytest_collection_finish(session):
+    """Each page's script runs only up to the last block that a selected item needs."""
+    needed: dict[int, tuple[PageScript, int]] = {}
+    for item in session.items:
+        parsed = getattr(getattr(item, "example", None), "parsed", None)
+        if isinstance(parsed, ExpectedOutput):  # an output needs the block it shows
+            parsed = parsed.source_block
+        if isinstance(parsed, ScriptBlock):
+            script = parsed.script
+            _, last = needed.get(id(script), (script, 0))
+            needed[id(script)] = (script, max(last, parsed.number))
+    for script, last in needed.values():
+        script.stop_after = last
+
+
 def label(parsed) -> str:
     """The summary's name for a block of the kind ``parsed`` is."""
     if isinstance(parsed, ListedBlock):
