@@ -4,7 +4,6 @@ runs tests, docs and lint; `nox -t ci` runs what CI runs after that (.ci/run).
 Environments: tools/nox_env.py (`install`, and the constraints regimes it names).
 """
 
-import json
 import os
 import sys
 import time
@@ -88,11 +87,9 @@ def resolve(session: nox.Session) -> None:
     install(session, "nox", "uv")
     probe = "import urllib.request; urllib.request.urlopen('https://pypi.org/simple/', timeout=30)"
     session.run("python", "-c", probe, silent=True)  # fails, saying why, where PyPI is out of reach
-    listed = json.loads(session.run("nox", "-l", "--json", silent=True))
-    others = [s["session"] for s in listed if s["session"] != "resolve"]
     envdir = Path(session.virtualenv.location) / "resolve-envs"
     nox_cmd = ("nox", "--install-only", "--no-reuse-existing-virtualenvs", "--envdir", str(envdir))
-    session.run(*nox_cmd, "-s", *others, env={"NOX_RESOLVE_ONLY": "1"})
+    session.run(*nox_cmd, "-k", "not resolve", env={"NOX_RESOLVE_ONLY": "1"})
 
 
 # -- Upstream: the handbook against veRL 0.9.1 and Ray 2.60.0 --------------------------------
