@@ -12,7 +12,8 @@ interrupted, as pytest does. With ``sweep=True`` the caller is also made a child
 caller instead of by init, and is killed too when the command ends: nothing it started
 outlives it. Used by the page runner (tests/docblocks/page_scripts.py), the shell pages'
 terminal (tests/docblocks/shell_blocks.py), the suite's outer limit (tests/passes.py), the GPU
-checks (tools/gpu_kit/checks.py) and the GPU learning run (benchmarks/rlhf_gpu.py).
+checks (tools/gpu_kit/checks.py), the GPU learning run (benchmarks/rlhf_gpu.py) and veRL's trainer
+on the CPU (examples/verl_on_cpu/run.py).
 """
 
 from __future__ import annotations
