@@ -133,11 +133,15 @@ def skip_unless_set(block: ShellBlock) -> None:
     """Skip the block's item, in one line saying what to set, if a variable it needs is unset."""
     missing = [name for name in block.needs if not os.environ.get(name)]
     if missing:
-        what = "; ".join(f"{name}: {HOW_TO_GET.get(name, 'set it')}" for name in missing)
-        pytest.skip(
-            f"needs {', '.join(missing)} ({what}); `nox -s tests` makes them with uv "
-            "where it can (CONTRIBUTING.md, The sessions)"
-        )
+        what = "; ".join(f"{name}, {HOW_TO_GET[name]}" if name in HOW_TO_GET else name
+                         for name in missing)  # fmt: skip
+        how = ""
+        if any(name in HOW_TO_GET for name in missing):
+            how = (
+                "; `nox -s tests` makes them with uv: `uv python find`, or `uv python install "
+                "3.12` on a machine that is online (CONTRIBUTING.md, The sessions)"
+            )
+        pytest.skip(f"needs {what}: unset here{how}")
 
 
 @dataclass
