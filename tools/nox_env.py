@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -66,10 +67,21 @@ def uv_binary() -> str | None:
 
 @functools.cache
 def pip_settings() -> dict[str, str]:
-    """pip's find-links and extra indexes as uv's variables (``pip config list``; cached)."""
-    listed = subprocess.run(
-        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True
-    ).stdout
+    """pip's find-links and extra indexes as uv's variables (``pip config list``; cached).
+
+    Asked of the first interpreter that has pip: nox's own (which a pipx-installed nox, or one
+    in a uv-made environment, may lack), then ``python3`` and ``python`` on PATH.
+    """
+    listed = ""
+    for python in dict.fromkeys([sys.executable, shutil.which("python3"), shutil.which("python")]):
+        if python is None:
+            continue
+        done = subprocess.run(
+            [python, "-m", "pip", "config", "list"], capture_output=True, text=True
+        )
+        if done.returncode == 0:
+            listed = done.stdout
+            break
     settings = {}
     for line in listed.splitlines():  # e.g. global.find-links='/opt/wheels'
         key, _, value = line.partition("=")
