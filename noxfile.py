@@ -144,7 +144,7 @@ def upstream_drift(session: nox.Session) -> None:
     next release's drift shows the day it lands. Succeeds whatever the tests find; .ci/run
     gives it 10 minutes and does not wait on its result (tag `report`).
     """
-    install(session, "-e", ".[test,verl]", "--upgrade", pins="unpinned-fixtures", fixtures=True)
+    install(session, "-e", ".[test,verl]", pins="unpinned-fixtures", fixtures=True)
     session.run("python", "-c", versions("verl", "TransferQueue") + "; print('pinned: verl "
                 "0.9.1, TransferQueue 0.1.11')")  # fmt: skip
     report = ("-q", "-rf", "--no-header")
