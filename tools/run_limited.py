@@ -101,12 +101,13 @@ def run_limited(
     Output: with ``capture``, stdout and stderr come back as text; with ``log``, both go
     to that file; otherwise they are inherited. ``grace_s`` > 0: SIGINT first, SIGKILL
     after ``grace_s``. ``sweep``: see the module docstring. ``waiting(process)`` is called
-    about every 0.1 s while the command runs (not with ``capture``: the pipes must drain).
+    about every 0.1 s while the command runs (0.5 s with ``capture``). With ``sweep``,
+    adopted processes that exit are reaped while it runs.
     If waiting is interrupted (Ctrl-C), the group is killed before the exception goes on.
-    Raises ValueError for ``capture`` with ``log`` or ``waiting``.
+    Raises ValueError for ``capture`` with ``log``.
     """
-    if capture and (log is not None or waiting is not None):
-        raise ValueError("capture=True takes neither log nor waiting")
+    if capture and log is not None:
+        raise ValueError("capture=True and log: choose one")
     if sweep:
         become_subreaper()
         before = descendants()
@@ -120,6 +121,14 @@ def run_limited(
             command, cwd=cwd, env=env, stdout=out, stderr=err, text=True,
             stdin=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
+        if sweep:  # reap what we adopt while the command runs, then call the caller's
+            outer = waiting
+
+            def waiting(process, outer=outer):
+                reap_adopted(keep=process.pid)
+                if outer is not None:
+                    outer(process)
+
         try:
             code, printed = wait(process, limit_s, capture, waiting)
             if code is None and grace_s > 0:  # the limit: interrupt first where asked
@@ -154,18 +163,39 @@ def run_limited(
 
 def wait(process, seconds, capture, waiting):
     """(exit code, or None if still running at ``seconds``; (stdout, stderr) if captured)."""
-    if capture:
-        try:
-            printed = process.communicate(timeout=max(seconds, 0.01))
-        except subprocess.TimeoutExpired:  # what was read so far stays for the next call
-            return None, (None, None)
-        return process.returncode, printed
     deadline = time.monotonic() + seconds
-    while (code := process.poll()) is None and time.monotonic() < deadline:
+    while True:
         if waiting is not None:
             waiting(process)
-        time.sleep(0.1)
-    return code, (None, None)
+        step = min(0.5 if capture else 0.1, max(deadline - time.monotonic(), 0.01))
+        if capture:
+            try:  # what was read so far stays for the next call
+                return process.returncode, process.communicate(timeout=step)
+            except subprocess.TimeoutExpired:
+                pass
+        elif (code := process.poll()) is not None:
+            return code, (None, None)
+        else:
+            time.sleep(step)
+        if time.monotonic() >= deadline:
+            return None, (None, None)
+
+
+def reap_adopted(keep: int) -> None:
+    """Collect our exited children except ``keep``: orphans adopted as a subreaper.
+
+    An adopted daemon that has exited stays a zombie until we reap it, and a command that
+    waits for it to vanish (``ray.shutdown()``, ``ray stop``) would wait until its limit.
+    Only zombies, one pid at a time: ``os.waitpid(-1)`` would steal ``keep``'s status.
+    """
+    for pid in descendants():
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            if pid != keep and fields[0] == "Z" and int(fields[1]) == os.getpid():
+                os.waitpid(pid, os.WNOHANG)
+        except (OSError, ChildProcessError, ValueError):
+            pass
 
 
 def signal_group(process: subprocess.Popen, number: int) -> None:
