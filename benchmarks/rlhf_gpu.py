@@ -27,38 +27,18 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+from run_limited import run_limited  # noqa: E402
+
 LAST = 5  # steps the score is averaged over, as the trainer's target_score
 # Of --seconds, what start-up (Ray, the model, FSDP), the format warm-up and shut-down get;
 # RL stops by itself after the rest (time_limit_s), so the run ends before it is killed.
 STARTUP_MARGIN_S = 60.0
-
-
-def run_killed_at(command: list[str], seconds: float, log: Path) -> tuple[int | None, float]:
-    """Run ``command`` with stdout and stderr to ``log``; kill its process group at ``seconds``.
-
-    Returns (exit code, or None if killed; wall seconds). The group goes whole: the Ray
-    daemons the run started are in it, so none outlives a killed run.
-    """
-    start = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code = None
-    return code, time.monotonic() - start
 
 
 def moving_means(scores: list[float], width: int = LAST) -> list[float]:
@@ -86,7 +66,9 @@ def learning_run(
         "--output-dir", str(output_dir), "--no-progress",
         *(arg for item in overrides for arg in ("--set", item)),
     ]  # fmt: skip
-    code, elapsed = run_killed_at(command, seconds, output_dir / "run.log")
+    # Killed whole at ``seconds``: the Ray daemons the run started go with it.
+    done = run_limited(command, seconds, log=output_dir / "run.log", sweep=True)
+    code, elapsed = done.returncode, done.wall_s
     metrics_file = output_dir / "metrics.jsonl"
     rows = read_metrics(str(metrics_file)) if metrics_file.exists() else []
     warm = next((r for r in rows if r["step"] == 0), {})
@@ -168,9 +150,8 @@ def rollout_line(repeats: int, seconds: float) -> dict:
     """Run benchmarks/rlhf_generation.py; print its ratio in one line; return its figures."""
     script = ROOT / "benchmarks" / "rlhf_generation.py"
     command = [sys.executable, str(script), "--repeats", str(repeats)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=seconds)
-    except subprocess.TimeoutExpired:
+    done = run_limited(command, seconds, capture=True, sweep=True)
+    if done.killed:
         print(f"gpu rollout: no result within {seconds:g} s: FAIL")
         return {"ok": False, "why": f"timed out after {seconds:g} s"}
     match = re.search(r"^ours/transformers tokens/s: (\S+)x$", done.stdout, re.MULTILINE)

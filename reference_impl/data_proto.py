@@ -50,15 +50,25 @@ AUTO_PADDING_KEY = "_verl_auto_padding"
 AUTO_PADDING_ENV = "VERL_AUTO_PADDING"
 
 
-def _check_same_dtypes(parts: list) -> None:
-    """Raise TypeError if a tensor's dtype differs between ``parts`` (DataProtos with a batch).
+def _check_parts_agree(parts: list) -> None:
+    """Raise ValueError if a tensor's row shape (all but dimension 0), TypeError if its dtype,
+    differs between ``parts`` (DataProtos with a batch).
 
-    ``torch.cat`` would promote the mixed parts to one dtype, and int64 ids promoted to
+    ``torch.cat`` names neither the key nor the part for a shape that differs, and it
+    would promote the mixed parts to one dtype, and int64 ids promoted to
     float32 are rounded above 2**24: data lost without a word.
     """
     for key in parts[0].batch.keys():
         first = parts[0].batch[key].dtype
+        shape = tuple(parts[0].batch[key].shape[1:])
         for index, part in enumerate(parts[1:], start=1):
+            if key in part.batch.keys() and tuple(part.batch[key].shape[1:]) != shape:
+                other = tuple(part.batch[key].shape[1:])
+                raise ValueError(
+                    f"DataProto.concat: {key!r} has rows of shape {shape} in part 0 but "
+                    f"{other} in part {index}; the parts stack along rows only, so every "
+                    f"other dimension must agree (pad or cut {key!r} to one length first)"
+                )
             if key in part.batch.keys() and part.batch[key].dtype != first:
                 other = part.batch[key].dtype
                 raise TypeError(
@@ -432,8 +442,9 @@ class DataProto:
     def concat(data: list[DataProto]) -> DataProto:
         """Stack DataProtos row-wise; ``meta_info`` is a copy of the first one's.
 
-        Raises ValueError for an empty list, for a mix of batch / no batch, and for parts
-        whose tensor or non-tensor keys differ; TypeError for a tensor whose dtype differs
+        Raises ValueError for an empty list, for a mix of batch / no batch, for parts
+        whose tensor or non-tensor keys differ, and for a tensor whose shape beyond the
+        rows differs between parts (naming the key); TypeError for a tensor whose dtype differs
         between parts (veRL promotes it silently: int64 ids concatenated with a float32 part
         become float32 and lose their low digits above 2**24). Follows ``verl/protocol.py``
         (``DataProto.concat``) in veRL 0.9.1, except for the dtype check and meta_info:
@@ -447,7 +458,7 @@ class DataProto:
             raise ValueError("cannot concat DataProtos with a batch and DataProtos without one")
         batch = None
         if all(has_batch):
-            _check_same_dtypes(data)
+            _check_parts_agree(data)
             batch = torch.cat([d.batch for d in data], dim=0)
         keys = set(data[0].non_tensor_batch)
         for d in data[1:]:

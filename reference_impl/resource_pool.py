@@ -95,8 +95,9 @@ class RayResourcePool:
             placement groups before raising.
 
     Raises:
-        TypeError: ``process_on_nodes`` is not a list of ints (veRL accepts anything
-            here and fails later, when it places the pool).
+        TypeError: ``process_on_nodes`` is not a list of ints, or ``max_colocate_count``
+            is not an int (veRL accepts anything here and fails later, when it places the
+            pool).
         ValueError: ``process_on_nodes`` is empty or holds a count below 1, or
             ``max_colocate_count`` is below 1.
     """
@@ -126,6 +127,11 @@ class RayResourcePool:
                 f"count per node (e.g. [2] or [8, 8]), got {store!r}"
             )
         store = list(store)
+        if not isinstance(max_colocate_count, int) or isinstance(max_colocate_count, bool):
+            raise TypeError(
+                "max_colocate_count must be an int, how many actors may share one bundle "
+                f"(e.g. 1 or 10), got {max_colocate_count!r}"
+            )
         if max_colocate_count < 1:
             raise ValueError(f"max_colocate_count must be >= 1, got {max_colocate_count}")
         self.store = store

@@ -50,7 +50,13 @@ from reference_impl.data_proto import (
     pad_dataproto_to_divisor,
     unpad_dataproto,
 )
-from reference_impl.decorator import DispatchModeFns, Execute, Registration, dispatch_mode_fns
+from reference_impl.decorator import (
+    DispatchError,
+    DispatchModeFns,
+    Execute,
+    Registration,
+    dispatch_mode_fns,
+)
 from reference_impl.resource_pool import RayResourcePool
 from reference_impl.worker import free_port
 
@@ -430,7 +436,19 @@ class RayWorkerGroup:
                 "result: pad the batch yourself (pad_dataproto_to_divisor), or call a "
                 "blocking method"
             )
-        per_rank_args, per_rank_kwargs = mode.dispatch_fn(self, *args, **kwargs)
+        dispatched = mode.dispatch_fn(self, *args, **kwargs)
+        if not (
+            isinstance(dispatched, (tuple, list))
+            and len(dispatched) == 2
+            and isinstance(dispatched[0], (tuple, list))
+            and isinstance(dispatched[1], dict)
+        ):
+            raise DispatchError(
+                f"the dispatch_fn of {name}() must return (args, kwargs), a tuple of the "
+                f"per-rank positional arguments and a dict of keyword arguments, got "
+                f"{type(dispatched).__name__}: {dispatched!r:.200}"
+            )
+        per_rank_args, per_rank_kwargs = dispatched
         if registration.execute_mode is Execute.RANK_ZERO:
             # Rank 0 gets the dispatched arguments as they are, unsplit, as in veRL.
             ref = self.execute_rank_zero_async(name, *per_rank_args, **per_rank_kwargs)

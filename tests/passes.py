@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,9 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))  # as pytest's pythonpath does
+from run_limited import run_limited  # noqa: E402
+
 NAMESPACE_SH = REPO / "tests" / "namespace.sh"
 PYTEST = [sys.executable, "-m", "pytest"]
 # pyproject.toml's addopts say `-n auto` (which would override --tx) and deselect `shell`
@@ -96,17 +98,11 @@ def run_with_limit(command: list[str], env: dict[str, str]) -> int:
     """Run the suite; past SUITE_LIMIT_S, interrupt it (pytest then prints what it has) and
     return 1. Each item has its own limit (pyproject.toml); this one catches the rest, such
     as a session that waits for ever on a worker that crashed."""
-    process = subprocess.Popen(command, cwd=REPO, env=env)
-    try:
-        return process.wait(timeout=SUITE_LIMIT_S)
-    except subprocess.TimeoutExpired:
-        print(f"tests/passes.py: the suite ran past {SUITE_LIMIT_S} s; interrupting it", flush=True)
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    done = run_limited(command, SUITE_LIMIT_S, cwd=REPO, env=env, grace_s=60)
+    if done.killed or done.wall_s >= SUITE_LIMIT_S:
+        print(f"tests/passes.py: the suite ran past {SUITE_LIMIT_S} s; it was interrupted")
         return 1
+    return done.returncode
 
 
 def one_at_a_time() -> list[list[str]]:

@@ -44,7 +44,20 @@ def cluster():
     ray.shutdown()
 
 
+def one_list_per_rank(worker_group, *args, **kwargs):
+    """A custom dispatch_fn with a plausible slip: each rank's arguments in one list."""
+    return [list(args) for _ in range(worker_group.world_size)]
+
+
+def collect_all(worker_group, outputs):
+    return outputs
+
+
 class Doubler(Worker):
+    @register({"dispatch_fn": one_list_per_rank, "collect_fn": collect_all})
+    def echo(self, value):
+        return value
+
     @register(Dispatch.DP_COMPUTE_PROTO)
     def double(self, data: DataProto) -> DataProto:
         return DataProto.from_dict({"y": data.batch["x"] * 2})
@@ -190,6 +203,14 @@ def test_process_on_nodes_must_be_a_list_of_positive_ints(bad, error):
         RayResourcePool(bad, use_gpu=False)
 
 
+@pytest.mark.parametrize("bad", ["3", 2.0, True, None])
+def test_max_colocate_count_must_be_an_int_and_is_named(bad):
+    with pytest.raises(
+        TypeError, match=r"max_colocate_count must be an int.*got " + re.escape(repr(bad))
+    ):
+        RayResourcePool([1], use_gpu=False, max_colocate_count=bad)
+
+
 # --- worker groups ----------------------------------------------------------------------------
 
 
@@ -208,6 +229,12 @@ def test_a_plain_list_where_a_batch_is_expected_is_named(doublers):
         doublers.double([1.0, 2.0])
 
 
+def test_a_dispatch_fn_that_returns_a_list_is_named_with_what_it_returned(doublers):
+    named = r"the dispatch_fn of echo\(\) must return \(args, kwargs\).*got list: \[\[7\], \[7\]\]"
+    with pytest.raises(DispatchError, match=named):
+        doublers.echo(7)
+
+
 def test_a_worker_method_that_raises_names_the_rank_and_method(doublers):
     with pytest.raises(WorkerGroupError, match=r"rank 1 .*fail_on_rank_one\(\) raised ValueError"):
         doublers.fail_on_rank_one()
@@ -221,6 +248,14 @@ def test_concat_of_parts_with_different_keys_names_the_keys():
     b = DataProto.from_dict(non_tensors={"label": np.array(["b"], dtype=object)})
     with pytest.raises(ValueError, match=r"non_tensor_batch keys differ: \['uid'\] vs \['label'\]"):
         DataProto.concat([a, b])
+
+
+def test_concat_of_parts_whose_tensor_shapes_differ_names_the_key_and_shapes():
+    short = DataProto.from_dict({"responses": torch.zeros(2, 3, dtype=torch.long)})
+    long = DataProto.from_dict({"responses": torch.zeros(2, 5, dtype=torch.long)})
+    named = r"'responses' has rows of shape \(3,\) in part 0 but \(5,\) in part 1"
+    with pytest.raises(ValueError, match=named):
+        DataProto.concat([short, long])
 
 
 def test_chunk_into_zero_parts_names_chunks():

@@ -2,10 +2,10 @@
 
 Everything that reads pages reads them here: the test suite (``tests/docblocks/plugin.py``
 makes each block a pytest item), the site build (``take_away.py``'s downloads and the
-hooks), ``noxfile.py`` (which pages need CUDA) and the GPU kit (``tools/gpu_kit/checks.py``).
+hooks) and the GPU runner (``tools/gpu_kit/checks.py``: which pages need CUDA).
 It needs only the standard library, so the site build needs neither pytest nor Sybil.
 ``tools/`` is on ``sys.path`` wherever it is used: MkDocs puts a hook's folder there,
-pytest has ``pythonpath = ["tools"]`` (pyproject.toml), noxfile.py and checks.py add it.
+pytest has ``pythonpath = ["tools"]`` (pyproject.toml), checks.py adds it.
 
 The rules a page author follows (CONTRIBUTING.md, "Adding a page"):
 
@@ -14,7 +14,8 @@ The rules a page author follows (CONTRIBUTING.md, "Adding a page"):
   block printed (``tests/docblocks/match.py``: ``...`` matches any text, ``<n>`` a number).
 * A python block preceded by ``<!-- block: gpu -->`` runs only where CUDA is present.
 * ``console`` blocks (``$ command`` and the output under it) and ``bash`` blocks run in
-  one terminal per page; ``<!-- block: run timeout=300 retry=20 -->`` tunes their limits.
+  one terminal per page; ``<!-- block: run timeout=300 retry=20 -->`` tunes their limits
+  (``needs=VAR,VAR``: skipped where a variable is unset).
 * ``<!-- block: file NAME -->`` writes a block to ``NAME`` in that terminal's directory.
 * Any other block needs a marker on the line above it: ``<!-- block: data -->`` (YAML,
   JSON and TOML are parsed) or ``<!-- block: illustration -->`` (shown, not run). Free

@@ -34,7 +34,6 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +44,9 @@ from pathlib import Path
 from .fixture import make_fixture
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tools"))
+from run_limited import run_limited  # noqa: E402
+
 HERE = Path(__file__).resolve().parent
 # Imported by `import verl` in every process of the run (verl/__init__.py).
 MODULES = ("platform", "rollout", "probe", "tqmeter")
@@ -432,34 +434,32 @@ def main(argv: list[str] | None = None) -> int:
     ]
     log = out / "verl.log"
 
-    started = time.monotonic()
-    with open(log, "w") as sink:
-        # A session of its own: its process group holds the driver and every Ray process
-        process = subprocess.Popen(
-            command,
-            cwd=out,
-            env=environment(out / "snapshot.json", probe_step, tq_log),
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        sampler = MemorySampler(process.pid, temp_dir)
-        sampler.start()
-        timed_out = False
-        try:
-            returncode = process.wait(timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            end_group(process.pid, temp_dir, grace_s=5)
-            returncode = process.wait()
+    sampler = None
+
+    def sample(process) -> None:  # started once the run has a pid: its session's id
+        nonlocal sampler
+        if sampler is None:
+            sampler = MemorySampler(process.pid, temp_dir)
+            sampler.start()
+
+    # A session of its own: its process group holds the driver and every Ray process; at
+    # the limit SIGINT, then SIGKILL after 5 s (tools/run_limited.py).
+    done = run_limited(
+        command, args.timeout, log=log, cwd=out, grace_s=5, waiting=sample,
+        env=environment(out / "snapshot.json", probe_step, tq_log),
+    )  # fmt: skip
+    timed_out, returncode, wall_s = done.killed, done.returncode, round(done.wall_s, 1)
+    if sampler is None:  # the run ended before its first sample: no session to look for
+        sampler = MemorySampler(-1, temp_dir)
+    else:
         sampler.stop.set()
         sampler.join()
-    wall_s = round(time.monotonic() - started, 1)
+    session = sampler.session
     # Ray's daemons end with the driver; give them a moment, then report and end the rest.
     deadline = time.monotonic() + 20
-    while ours(process.pid, temp_dir) and time.monotonic() < deadline:
+    while ours(session, temp_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
-    left_behind = end_group(process.pid, temp_dir)
+    left_behind = end_group(session, temp_dir)
     shutil.rmtree(temp_dir, ignore_errors=True)  # Ray's session files; its logs are in verl.log
 
     snapshot = out / "snapshot.json"

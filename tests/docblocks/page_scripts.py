@@ -6,7 +6,7 @@ block printed. Where CUDA is present it is made with ``gpu=True``, so the ``gpu`
 run in their places; elsewhere they stay comments and their items are skipped. It runs
 with ``python -u`` in a fresh process and an empty working directory, through
 ``script_launcher.py`` (which keeps what Ray's background thread prints off stdout), with
-a time limit that kills its whole process group.
+a time limit that kills its whole process group (``tools/run_limited.py``).
 
 A block that raises ends the script: its item fails with the traceback, whose lines in
 the script are given as the page's (``docs/x.md, line N``); the items of the blocks after
@@ -23,7 +23,6 @@ import functools
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ import pytest
 
 import page_blocks
 import take_away
+from run_limited import run_limited
 from tests.docblocks.python_blocks import RAY_FORWARDED, PythonBlock, cuda_available
 
 # A page's whole script, Ray's start-up included; pytest's per-item limit is raised to
@@ -150,11 +150,35 @@ def only_blocks(script: str, numbers: set[int]) -> str:
     return "".join(kept)
 
 
-def run_page_script(page: Path, where: dict[int, tuple[int, int]], part: bool = False) -> PageRun:
+def cut_after(script: str, number: int) -> str:
+    """The script up to the end of block ``number``, then its end marker and Ray's shutdown.
+
+    What the selected items need when none after block ``number`` is selected (``pytest
+    PAGE --deselect ...``, the GPU kit's docs check): the rest of the page does not run.
+    """
+    marker = re.compile(
+        r"^print\('" + re.escape(MARKER_PREFIX) + r"(\d+)" + re.escape(MARKER_SUFFIX) + r"'",
+        re.MULTILINE,
+    )
+    later = next((m for m in marker.finditer(script) if int(m[1]) > number), None)
+    if later is None:
+        return script
+    end = f"print({take_away.MARKER_LINE.format('end')!r}, flush=True)"
+    shutdown = "import sys\nif 'ray' in sys.modules and sys.modules['ray'].is_initialized():"
+    return script[: later.start()] + f"\n{end}\n{shutdown}\n    sys.modules['ray'].shutdown()\n"
+
+
+def run_page_script(
+    page: Path,
+    where: dict[int, tuple[int, int]],
+    part: bool = False,
+    stop_after: int | None = None,
+) -> PageRun:
     """Write the page's script (with marker lines) and run it as a reader would.
 
     ``where``: block number -> (its fence's page line, its length), to report page lines.
     ``part``: run only the blocks in ``where``, one of the page's scripts (``only_blocks``).
+    ``stop_after``: the last block any selected item needs; the script ends after it.
     """
     docs = next((p for p in page.parents if p.name == "docs"), page.parent)
     with tempfile.TemporaryDirectory(prefix="page-script-") as folder:
@@ -162,6 +186,8 @@ def run_page_script(page: Path, where: dict[int, tuple[int, int]], part: bool = 
         text = take_away.script_text(page, docs, markers=True, gpu=cuda_available())
         if part:
             text = only_blocks(text, set(where))
+        if stop_after is not None:
+            text = cut_after(text, stop_after)
         script.write_text(text, "utf-8")
         work = Path(folder) / "work"  # the reader's empty directory
         work.mkdir()
@@ -169,28 +195,17 @@ def run_page_script(page: Path, where: dict[int, tuple[int, int]], part: bool = 
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         limit = SCRIPT_LIMIT_S
         # -u: the markers and what the page's own subprocesses print reach the pipe in order.
-        process = subprocess.Popen(
-            [sys.executable, "-u", str(LAUNCHER), str(script)],
-            cwd=work,
-            env={**os.environ, "PATH": path},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        killed = None
-        try:
-            stdout, stderr = process.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            stdout, stderr = process.communicate()
-            killed = limit
+        command = [sys.executable, "-u", str(LAUNCHER), str(script)]
+        done = run_limited(command, limit, capture=True, cwd=work, env={**os.environ, "PATH": path})
+        stdout, stderr = done.stdout, done.stderr
+        killed = limit if done.killed else None
         shown = str(page.relative_to(docs.parent)) if docs.name == "docs" else page.name
         stderr = with_page_lines(stderr, script, shown, page_lines(text, where))
     sys.stdout.write(stdout)  # visible with `pytest -s`
     printed, last = cut_at_markers(stdout)
     fence_lines = {number: fence for number, (fence, _) in where.items()}
-    return PageRun(printed, process.returncode, stderr, last, killed, fence_lines)
+    code = -signal.SIGKILL if done.killed else done.returncode  # as subprocess reports a kill
+    return PageRun(printed, code, stderr, last, killed, fence_lines)
 
 
 @dataclass
@@ -201,6 +216,7 @@ class PageScript:
     where: dict[int, tuple[int, int]] = field(default_factory=dict)  # see run_page_script
     run: PageRun | None = None
     part: bool = False  # one of several scripts of the page (page_blocks.script_parts)
+    stop_after: int | None = None  # the last block a selected item needs (plugin.py)
 
 
 @dataclass
@@ -224,7 +240,7 @@ def run_in_page_script(example) -> str | None:
         pytest.skip("needs a CUDA GPU: torch.cuda.is_available() is False on this machine")
     shared = block.script
     if shared.run is None:
-        shared.run = run_page_script(shared.page, shared.where, shared.part)
+        shared.run = run_page_script(shared.page, shared.where, shared.part, shared.stop_after)
     printed, failure = shared.run.outcome(block.number)
     if failure is not None:
         return failure

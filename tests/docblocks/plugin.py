@@ -287,7 +287,20 @@ def pytest_xdist_make_scheduler(config, log):
 
 
 def pytest_collection_finish(session):
-    cache.collect(session)  # pages unchanged since they passed are skipped (cache.py)
+    """Pages unchanged since they passed are skipped (cache.py); each page's script runs
+    only up to the last block that a selected item needs."""
+    cache.collect(session)
+    needed: dict[int, tuple[PageScript, int]] = {}
+    for item in session.items:
+        parsed = getattr(getattr(item, "example", None), "parsed", None)
+        if isinstance(parsed, ExpectedOutput):  # an output needs the block it shows
+            parsed = parsed.source_block
+        if isinstance(parsed, ScriptBlock):
+            script = parsed.script
+            _, last = needed.get(id(script), (script, 0))
+            needed[id(script)] = (script, max(last, parsed.number))
+    for script, last in needed.values():
+        script.stop_after = last
 
 
 def pytest_runtest_logreport(report):

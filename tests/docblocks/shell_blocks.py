@@ -18,7 +18,8 @@ A page's shell blocks behave like one terminal that a reader types into:
   sets the time limit of each command in seconds (default 120) and lets a
   command be run again, for up to ``retry`` seconds, until its output
   matches: what a reader does when ``ray status`` answers "No cluster status"
-  in the first seconds after ``ray start``.
+  in the first seconds after ``ray start``. ``needs=OTHER_PYTHON,PATCH_PYTHON`` skips
+  the block, saying how to get them, where one of those environment variables is unset.
 
 Exported variables and the working directory carry over from command to
 command and block to block. Each page gets its own sandbox: a fresh working
@@ -36,11 +37,9 @@ after the rest.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -48,7 +47,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+import pytest
 
+from run_limited import become_subreaper, run_limited
 from tests.docblocks.match import clean, matches
 
 PROMPT = "$ "
@@ -95,14 +96,17 @@ def parse_console(source: str) -> list[Command]:
     return commands
 
 
-def options_of(note: str) -> dict[str, float]:
-    """``timeout=300 retry=20`` -> {"timeout": 300.0, "retry": 20.0}."""
+def options_of(note: str) -> dict[str, float | tuple[str, ...]]:
+    """``timeout=300 retry=20 needs=A,B`` -> {"timeout": 300.0, "retry": 20.0,
+    "needs": ("A", "B")}."""
     options = {}
     for word in note.split():
         key, _, value = word.partition("=")
-        if key not in ("timeout", "retry") or not value:
-            raise ValueError(f"unknown run option {word!r}; use timeout=SECONDS retry=SECONDS")
-        options[key] = float(value)
+        if key not in ("timeout", "retry", "needs") or not value:
+            raise ValueError(
+                f"unknown run option {word!r}; use timeout=SECONDS retry=SECONDS needs=VAR,VAR"
+            )
+        options[key] = tuple(value.split(",")) if key == "needs" else float(value)
     return options
 
 
@@ -114,7 +118,30 @@ class ShellBlock:
     language: str  # "console" or "bash"
     timeout: float = DEFAULT_TIMEOUT_S
     retry: float = 0.0
+    needs: tuple[str, ...] = ()  # environment variables without which the block is skipped
     printed: str | None = None
+
+
+# Where a block's `needs=` variables come from, for the skip message.
+HOW_TO_GET = {
+    "OTHER_PYTHON": "a Python of another minor version with Ray 2.60.0",
+    "PATCH_PYTHON": "a Python of the same minor version, another patch level, with Ray 2.60.0",
+}
+
+
+def skip_unless_set(block: ShellBlock) -> None:
+    """Skip the block's item, in one line saying what to set, if a variable it needs is unset."""
+    missing = [name for name in block.needs if not os.environ.get(name)]
+    if missing:
+        what = "; ".join(f"{name}, {HOW_TO_GET[name]}" if name in HOW_TO_GET else name
+                         for name in missing)  # fmt: skip
+        how = ""
+        if any(name in HOW_TO_GET for name in missing):
+            how = (
+                "; `nox -s tests` makes them with uv: `uv python find`, or `uv python install "
+                "3.12` on a machine that is online (CONTRIBUTING.md, The sessions)"
+            )
+        pytest.skip(f"needs {what}: unset here{how}")
 
 
 @dataclass
@@ -123,13 +150,6 @@ class FileBlock:
 
     name: str
     source: str
-
-
-def become_subreaper() -> None:
-    """Adopt the orphans of our descendants, so ``ray start``'s daemons stay findable."""
-    if sys.platform.startswith("linux"):
-        PR_SET_CHILD_SUBREAPER = 36
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def reap_adopted(keep: set[int] = frozenset()) -> None:
@@ -193,29 +213,19 @@ class Sandbox:
         # Output goes to a file, not a pipe: a background job (`ray start --block &`)
         # would hold a pipe open and the command would never seem to end.
         log = self.root / "last-output"
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                ["bash", "-c", script],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env={"PATH": os.environ["PATH"]},
-                start_new_session=True,
-            )
-            deadline = time.monotonic() + timeout
-            # Reap while waiting: `ray stop` waits for its targets to vanish, and an
-            # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
-            while (code := process.poll()) is None and time.monotonic() < deadline:
-                reap_adopted(keep={process.pid})
-                time.sleep(0.1)
-            if code is None:
-                os.killpg(process.pid, 9)
-                process.wait()
-                reap_adopted()
-                raise TimeoutError(
-                    f"`{command}` did not finish within {timeout:.0f} s; its output so far:\n"
-                    + clean(log.read_text(errors="replace"))[-3000:]
-                ) from None
+        # Reap while waiting: `ray stop` waits for its targets to vanish, and an
+        # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
+        done = run_limited(
+            ["bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
+            waiting=lambda process: reap_adopted(keep={process.pid}),
+        )  # fmt: skip
+        code = done.returncode
+        if done.killed:
+            reap_adopted()
+            raise TimeoutError(
+                f"`{command}` did not finish within {timeout:.0f} s; its output so far:\n"
+                + clean(log.read_text(errors="replace"))[-3000:]
+            ) from None
         reap_adopted()
         return code, log.read_text(errors="replace")
 
@@ -250,6 +260,7 @@ def sandbox_of(namespace: dict) -> Sandbox:
 
 def run_console(example) -> str | None:
     block: ShellBlock = example.parsed
+    skip_unless_set(block)
     sandbox = sandbox_of(example.namespace)
     for command in parse_console(block.source):
         deadline = time.monotonic() + block.retry
@@ -274,6 +285,7 @@ def run_console(example) -> str | None:
 def run_bash(example) -> str | None:
     block: ShellBlock = example.parsed
     block.printed = None
+    skip_unless_set(block)
     code, output = sandbox_of(example.namespace).run(block.source, block.timeout, errexit=True)
     sys.stdout.write(clean(output) + "\n")
     if code != 0:

@@ -4,21 +4,27 @@
     python tools/gpu_kit/checks.py RESULTS_DIR --plan    # what the docs check would run
 
 ``tools/gpu_kit/run.sh`` calls this after installing the kit (``docs/rlhf/index.md#gpu-check``;
-what it measured on an H200: ``#gpu-measured`` there). Each check runs in a process
-of its own, killed (with its process group) when its time cap or the deadline comes, and
+what it measured on an H200: ``#gpu-measured`` there), and ``nox -s gpu`` in the project's
+environment: the one GPU runner. Each check runs in a process of its own, killed when its
+time cap or the deadline comes, with whatever it started, detached daemons included
+(``tools/run_limited.py``, the repository's one kill-at-a-limit helper), and
 the summary (``RESULTS_DIR/summary.json``) is rewritten after every check, so a late
 failure, or the whole script killed at its limit, still leaves the earlier results:
 
 a. ``smoke``: ``tools/gpu_kit/smoke.py``: Ray sees the GPU, a one-rank ``RayWorkerGroup``
    on a GPU ``RayResourcePool`` runs one call, NCCL initialises (on a machine without
-   CUDA: the same with ``use_gpu=False`` and gloo; then the other checks are skipped);
+   CUDA: the same with ``use_gpu=False`` and gloo; then the other checks are skipped, but
+   ``--only docs`` runs the pages on the CPU, their gpu blocks skipped);
 b. ``rollout``: ``benchmarks/rlhf_generation.py``, our rollout's tokens/s against
    ``transformers``' ``generate`` on the gpu preset's model;
 c. ``learning``: ``benchmarks/rlhf_gpu.py --no-rollout``: GRPO on the ``gpu`` preset to
    ``critic/score/mean`` >= 0.9, with what time is left after reserving the doc blocks'
    share; it also gives (d), the median ``perf/mfu/actor``, and each stage's share;
-e. ``docs``: the pages with blocks marked GPU-only, each run with pytest up to the end of
-   the section that holds its last GPU-only block (:func:`gpu_pages`).
+e. ``docs``: the pages with blocks marked GPU-only, one pytest run per page, up to the end
+   of the section that holds its last GPU-only block (:func:`gpu_pages`): the items after
+   it are deselected, and the page runner then cuts the page's script after the last
+   selected block, so the rest of the page does not run. Each page has its own cap
+   (``page_caps.json``, with where its figures come from) and prints its wall time.
 
 The rollout goes before the learning run and the doc blocks after it: the learning run's
 figures are the ones that need the most time, the doc blocks the ones whose time is best
@@ -29,21 +35,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))  # run as a script, from anywhere: the shared tools
+from run_limited import run_limited  # noqa: E402
+
 SMOKE_CAP_S = 90
 ROLLOUT_CAP_S = 90
-DOCS_CAP_S = 240  # the GPU pages up to their last GPU section (125 s on an H200), twice over
+# Each GPU page's cap, and where the figures come from: tools/gpu_kit/page_caps.json.
+PAGE_CAPS = json.loads((Path(__file__).with_name("page_caps.json")).read_text())
+DOCS_CAP_S = sum(PAGE_CAPS["caps_s"].values())
 ROLLOUT_REPEATS = 5
 CHECKS = ("smoke", "rollout", "learning", "docs")
 
@@ -66,25 +75,18 @@ def versions() -> dict:
 
 
 def run_check(name: str, command: list[str], cap_s: float, results: Path) -> dict:
-    """Run one check's command, its output to ``results/<name>.log``, killed at ``cap_s``."""
+    """Run one check's command, its output to ``results/<name>.log``, killed at ``cap_s``.
+
+    Whatever the command started goes when it ends (``run_limited``'s sweep): a killed
+    check's Ray daemons, and any process a page detached, never hold the GPU for the next.
+    """
     log = results / f"{name}.log"
-    start = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = process.wait(timeout=max(cap_s, 1))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            code = None
-    stop_ray()  # nothing a check started may hold the GPU for the next one
+    done = run_limited(command, max(cap_s, 1), log=log, cwd=ROOT, sweep=True)
     return {
-        "exit_code": code,
-        "killed_at_cap": code is None,
+        "exit_code": done.returncode,
+        "killed_at_cap": done.killed,
         "cap_s": round(cap_s),
-        "wall_s": round(time.monotonic() - start, 1),
+        "wall_s": round(done.wall_s, 1),
         "log": log.name,
     }
 
@@ -94,9 +96,10 @@ def gpu_pages() -> tuple[list[str], list[str]]:
 
     A page's items are checked up to the end of the section (the next heading) that holds its
     last ``gpu`` block: what the GPU blocks need, and the section's other blocks, which may
-    take a GPU path too (the errata's E01 correction). The page's script may run on past that
-    point, but the items after it are left out: they run on CI, and here they could only fail
-    for the kit's own gaps (its Ray has no dashboard, which ``ray list`` needs).
+    take a GPU path too (the errata's E01 correction). The items after it are left out, and
+    with them the rest of the page's script (``page_scripts.cut_after``): they run on CI, and
+    here they could only fail for the kit's own gaps (its Ray has no dashboard, which
+    ``ray list`` needs) and spend the check's time.
     """
     if str(ROOT / "tools") not in sys.path:  # run as a script, from anywhere: the page model
         sys.path.insert(0, str(ROOT / "tools"))
@@ -120,16 +123,6 @@ def gpu_pages() -> tuple[list[str], list[str]]:
     return pages, after
 
 
-def stop_ray() -> None:
-    """``ray stop --force``: end whatever Ray processes a killed check left behind.
-
-    ``ray`` is the kit's own command: run.sh puts the kit's ``bin/`` first on ``PATH``.
-    """
-    ray = shutil.which("ray")
-    if ray:
-        subprocess.run([ray, "stop", "--force"], capture_output=True, timeout=60)
-
-
 def last_line(log: Path, pattern: str) -> str:
     matches = re.findall(pattern, log.read_text(), re.MULTILINE)
     return matches[-1] if matches else ""
@@ -143,16 +136,21 @@ def main(argv: list[str] | None = None) -> int:
         "--plan", action="store_true", help="print the docs check's pages and deselected items"
     )
     parser.add_argument(
-        "--only", default=",".join(CHECKS), help=f"comma-separated subset of {','.join(CHECKS)}"
+        "--only",
+        help=f"comma-separated subset of {','.join(CHECKS)} (default: all); without CUDA, "
+        "naming docs runs the docs check on the CPU, its gpu blocks skipped",
     )
     args = parser.parse_args(argv)
+    # run.sh's `timeout` ends us with SIGTERM: exit through Python, so that the running
+    # check's group and whatever it detached are killed on the way out (run_limited).
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     if args.plan:
         pages, after = gpu_pages()
         print(json.dumps({"pages": pages, "deselect": after}, indent=1))
         return 0
     if args.deadline is None:
         parser.error("--deadline is required")
-    only = args.only.split(",")
+    only = (args.only or ",".join(CHECKS)).split(",")
     if unknown := [name for name in only if name not in CHECKS]:
         parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)}")
     results: Path = args.results.resolve()
@@ -188,10 +186,15 @@ def main(argv: list[str] | None = None) -> int:
     smoke["ok"] = smoke["exit_code"] == 0
     report("smoke", f"{'PASS' if smoke['ok'] else 'FAIL'} {seen or '(see smoke.log)'}")
     if not cuda:
-        for name in ("rollout", "learning", "docs"):
+        cpu_docs = args.only is not None and "docs" in only  # asked for by name
+        skipped = ("rollout", "learning") if cpu_docs else ("rollout", "learning", "docs")
+        for name in skipped:
             checks[name] = {"skipped": "no CUDA: torch.cuda.is_available() is False"}
-        report("skipped", "rollout, learning (with MFU), docs: no CUDA on this machine")
-        return 0 if smoke["ok"] else 1
+        shown = ", ".join(skipped).replace("learning", "learning (with MFU)")
+        report("skipped", f"{shown}: no CUDA on this machine")
+        if not cpu_docs:
+            return 0 if smoke["ok"] else 1
+        only = ["docs"]
 
     for name in CHECKS:
         if name not in only:
@@ -230,26 +233,26 @@ def main(argv: list[str] | None = None) -> int:
         mfu = last_line(results / "learning.log", r"^gpu perf/mfu/actor.*$")
         report("mfu", mfu or "not measured")
 
-    # e. the GPU-only doc blocks, each page up to its last one
+    # e. the GPU-only doc blocks, each page up to its last one, each within its own cap
     if "docs" in only:
+        docs = checks["docs"] = {"pages": {}}
         pages, after = gpu_pages()
-        deselect = [f"--deselect={item}" for item in after]
-        docs_cmd = [
-            python,
-            "-m",
-            "pytest",
-            *pages,
-            *deselect,
-            "-n0",
-            "-v",
-            "-rs",
-            "-pno:cacheprovider",
-        ]
-        docs = checks["docs"] = run_check("docs", docs_cmd, min(DOCS_CAP_S, left()), results)
-        docs["pages"] = pages
-        docs["ok"] = docs["exit_code"] == 0
-        outcome = last_line(results / "docs.log", r"^=+ (.*) =+$")
-        report("docs", f"{'PASS' if docs['ok'] else 'FAIL'} {outcome} ({', '.join(pages)})")
+        for page in pages:
+            deselect = [f"--deselect={item}" for item in after if item.startswith(page + "::")]
+            docs_cmd = [python, "-m", "pytest", page, *deselect, "-n0", "-v", "-rs",
+                        "-pno:cacheprovider"]  # fmt: skip
+            cap = PAGE_CAPS["caps_s"].get(page, PAGE_CAPS["default_s"])
+            name = "docs-" + page.removeprefix("docs/").removesuffix(".md").replace("/", "-")
+            ran = docs["pages"][page] = run_check(name, docs_cmd, min(cap, left()), results)
+            ran["ok"] = ran["exit_code"] == 0
+            ran["outcome"] = last_line(results / ran["log"], r"^=+ (.*) =+$")
+            verdict = "PASS" if ran["ok"] else ("KILLED" if ran["killed_at_cap"] else "FAIL")
+            report("docs", f"{page}: {verdict} {ran['outcome']} in {ran['wall_s']} s "
+                           f"(cap {ran['cap_s']} s)")  # fmt: skip
+        docs["ok"] = all(ran["ok"] for ran in docs["pages"].values())
+        docs["wall_s"] = round(sum(ran["wall_s"] for ran in docs["pages"].values()), 1)
+        report("docs", f"{'PASS' if docs['ok'] else 'FAIL'}: {len(pages)} pages in "
+                       f"{docs['wall_s']} s")  # fmt: skip
     shutil.rmtree(results / "gpu-grpo", ignore_errors=True)  # copied what matters above
     summary["ok"] = all(check["ok"] for check in checks.values())
     save()
