@@ -289,8 +289,9 @@ def records(session: nox.Session) -> None:
 
 @nox.session
 def mutants(session: nox.Session) -> None:
-    """Mutation testing (cosmic-ray) of the single controller, DataProto and the doc-block
-    harness, each with the fast tests that cover it: the score and the surviving mutants.
+    """Mutation testing (cosmic-ray): the single controller, DataProto and the harness.
+
+    Each module with the fast tests that cover it; prints the score and the survivors.
 
     tools/mutants.py: a sample of each module's mutants within a time limit (`-- --help`).
     Not in CI: a mutant costs one run of its tests.
