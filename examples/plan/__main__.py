@@ -1,0 +1,111 @@
+"""The command: ``python -m examples.plan [--cluster NxGxC[xM]]... [--json FILE] OVERRIDE...``.
+
+Exit status: 0 when every actor is placed and ``TaskRunnerV1.run`` got to training; 1 when veRL
+raised or something waits; 3 when the simulated cluster did not start; 2 for input this planner cannot plan from (the message says what to
+change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from examples.plan import cluster as cluster_mod
+from examples.plan.config import PlanInputError, compose, validate
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="python -m examples.plan",
+        description="Run veRL 0.9.1's own resource pools, placement groups and actor creation "
+        "on a simulated cluster, with stand-in workers, and print where everything lands.",
+    )
+    p.add_argument("overrides", nargs="*", help="veRL Hydra overrides, as for python -m verl.trainer.main_ppo")
+    p.add_argument(
+        "--cluster", action="append", default=[], metavar="NxGxC[xM]",
+        help="N nodes of G GPUs, C CPUs, M GiB memory; repeat for other node shapes; the first node is the head",
+    )  # fmt: skip
+    p.add_argument("--from-ray", metavar="ADDRESS", help="read the nodes of a running cluster (ray.nodes())")
+    p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
+    p.add_argument("--limit", type=float, default=90.0, help="seconds to wait for veRL's start-up (default 90)")
+    p.add_argument("--settle", type=float, default=30.0, help="seconds to wait for actors still starting (30)")
+    return p.parse_args(argv)
+
+
+def render(plan: dict) -> str:
+    out = []
+    s = plan["summary"]
+    out.append("cluster: " + ", ".join(
+        f"{n['node']} {n['gpus']} GPU {n['cpus']} CPU" + (f" {n['memory_gib']:g} GiB" if n["memory_gib"] else "")
+        for n in plan["cluster"]
+    ))  # fmt: skip
+    out.append("resource pools: " + ", ".join(f"{p['pool']} {p['gpus_per_node']}" for p in plan["pools"]))
+    out.append("placement groups:")
+    for pg in plan["placement_groups"]:
+        per_node = {}
+        for b in pg["bundles"]:
+            per_node.setdefault(b["node"] or "unplaced", []).append(b)
+        where = ", ".join(f"{len(bs)} on {node}" for node, bs in per_node.items())
+        unit = pg["bundles"][0]["resources"] if pg["bundles"] else {}
+        out.append(f"  {pg['name']:<34} {pg['strategy']:<11} {pg['state']:<8} {len(pg['bundles'])} x {unit}: {where}")
+    out.append("actors:")
+    groups: dict = {}
+    for a in plan["actors"]:
+        key = (a["role"], a["class"].split(".")[-1], json.dumps(a["request"], sort_keys=True), a["state"])
+        groups.setdefault(key, []).append(a)
+    for (role_name, cls, request, state), items in groups.items():
+        nodes = sorted({a["node"] or "-" for a in items})
+        out.append(
+            f"  {len(items):>3} x {cls:<26} {role_name:<27} request {request:<22} {state:<16} on {', '.join(nodes)}"
+        )
+    out.append(
+        f"{s['actors']} actors ({s['alive']} alive); CPUs held {s['held']['CPU']}, GPUs held {s['held']['GPU']}"
+    )
+    out.append("held per node: " + "; ".join(f"{k}: CPU {v['CPU']}, GPU {v['GPU']}" for k, v in s["held_per_node"].items()))
+    if plan["outcome"] == "finished" and not plan["pending"]:
+        out.append("verdict: the run starts (TaskRunnerV1.run reached training)")
+    else:
+        if plan["error"]:
+            out.append(f"verdict: veRL stops: {plan['error']}")
+        elif plan["outcome"] == "waiting":
+            out.append(f"verdict: the run waits: TaskRunnerV1.run had not reached training after {plan['limit_s']:g} s")
+        else:
+            out.append("verdict: the run starts, but some actors wait")
+        for p in plan["pending"]:
+            out.append(f"  waiting: {p['what']}: {p['why']}")
+        for f in plan["fixes"]:
+            out.append(f"  fix: {f}")
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        if args.from_ray:
+            nodes = cluster_mod.from_ray(args.from_ray)
+        else:
+            nodes = cluster_mod.parse(args.cluster)
+        config = compose(args.overrides)
+        validate(config)
+    except PlanInputError as error:
+        print(f"plan: {error}", file=sys.stderr)
+        return 2
+    from examples.plan.report import build
+    from examples.plan.simulate import simulate
+
+    try:
+        raw = simulate(config, nodes, limit_s=args.limit, settle_s=args.settle)
+    except RuntimeError as error:
+        print(f"plan: {error}", file=sys.stderr)
+        return 3
+    plan = build(raw, config, nodes)
+    print(render(plan))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(plan, f, indent=1)
+    return 0 if plan["outcome"] == "finished" and not plan["pending"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Run veRL 0.9.1's ``TaskRunnerV1`` on the declared cluster, and read what Ray made of it.
+
+The steps of ``run_ppo`` (`verl/trainer/main_ppo.py`), on a ``ray.cluster_utils.Cluster`` of
+the reader's nodes: ``ray.init`` with veRL's runtime env (``get_ppo_ray_runtime_env``), then
+``TaskRunnerV1.remote()`` and ``run.remote(config)``. Where veRL waits without a limit
+(``ray.get`` of ``pg.ready()`` in ``RayResourcePool.get_placement_groups``, TransferQueue's
+start-up), the planner waits ``limit_s`` and then reads the cluster's state: actors from the GCS
+(``ray._private.state.actors``), placement groups (``ray.util.placement_group_table``), and each
+node's total and free resources.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Ray would start one idle Python worker per declared CPU on each node: 96 per node here.
+RAY_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+OBJECT_STORE_BYTES = 80 * 2**20  # the smallest Ray accepts is 75 MiB; nothing big is stored
+
+
+def _model_dir(cache: Path) -> Path:
+    """A tiny Qwen2-shaped model and tokenizer: veRL reads a model's config and tokenizer at
+    start-up (``HFModelConfig``); the reader's model is not downloaded, and layout does not
+    depend on it."""
+    from examples.verl_on_cpu import fixture
+
+    directory = cache / "model"
+    if not (directory / "config.json").exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        fixture.train_tokenizer(directory)
+        fixture.make_model(directory)
+    return directory
+
+
+def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workdir: Path | None = None) -> dict:
+    """Start the cluster, run TaskRunnerV1 with stand-in workers, return what happened.
+
+    Args:
+        config: the composed and validated veRL DictConfig (``config.compose``).
+        nodes: list of ``cluster.NodeSpec``; the first is the head.
+        limit_s: how long to wait for ``TaskRunnerV1.run`` (seconds); a run still waiting then
+            is reported as waiting, with this limit.
+        settle_s: after run returns or the limit passes, how long to wait for actors that are
+            still starting (not those Ray cannot place).
+
+    Returns a dict: nodes, records (one per actor created), actors (GCS state), placement_groups,
+    resources per node (total, free), outcome ("finished", "raised", "waiting"), error, limit_s,
+    seconds.
+    """
+    import ray
+    from omegaconf import OmegaConf, open_dict
+    from examples.plan import inside, standins
+
+    start = time.monotonic()
+    workdir = Path(workdir or tempfile.mkdtemp(prefix="verl-plan-"))
+    cache = Path(os.environ.get("PLAN_CACHE", Path(tempfile.gettempdir()) / "verl-plan-cache"))
+    model = str(_model_dir(cache))
+    with open_dict(config):
+        config.actor_rollout_ref.model.path = model
+        if OmegaConf.select(config, "critic.model.path") is not None:
+            config.critic.model.path = model
+        config.trainer.default_local_dir = str(workdir / "checkpoints")
+        config.trainer.logger = ["console"]
+    record = workdir / "actors.jsonl"
+    record.write_text("")
+
+    os.environ.update(RAY_ENV)
+    os.environ["RAY_TMPDIR"] = os.environ.get("RAY_TMPDIR", tempfile.gettempdir())
+    cluster, node_ids = start_cluster(nodes)
+    result = {"node_ids": node_ids, "limit_s": limit_s, "settle_s": settle_s}
+    try:
+        from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
+        from verl.trainer.main_ppo import TaskRunnerV1
+
+        runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
+        env = runtime_env.setdefault("env_vars", {})
+        env["TRANSFER_QUEUE_ENABLE"] = "1"  # as run_ppo sets it
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        ray.init(address=cluster.address, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
+
+        os.environ.update(PLAN_RECORD=str(record), PLAN_ROLE="driver")
+        standins.install()  # records TaskRunnerV1's own request; nothing is replaced here
+        runner = TaskRunnerV1.remote()
+        ready = runner.__ray_call__.remote(lambda _, path: inside.install(path), str(record))
+        done, _ = ray.wait([ready], timeout=limit_s)
+        outcome, error = "waiting", None
+        if done:
+            run = runner.run.remote(config)
+            left = max(1.0, limit_s - (time.monotonic() - start))
+            done, _ = ray.wait([run], timeout=left)
+            if done:
+                try:
+                    ray.get(run)
+                    outcome = "finished"
+                except Exception as exc:  # veRL's own error, raised in TaskRunnerV1
+                    outcome, error = "raised", _last_error_line(exc)
+        result.update(outcome=outcome, error=error)
+        result["seconds_to_outcome"] = round(time.monotonic() - start, 1)
+        result.update(_settle(record, settle_s))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    result["seconds"] = round(time.monotonic() - start, 1)
+    return result
+
+
+def start_cluster(nodes):
+    """A ``Cluster`` with one raylet per node; returns it and the node ids, head first.
+
+    Ray gives each raylet 30 s to register with the GCS (``raylet_start_wait_time_s`` in
+    `python/ray/_private/node.py` (`Node`)), which a very busy machine can miss: that is raised
+    as a RuntimeError that says so.
+    """
+    from ray.cluster_utils import Cluster
+
+    args = dict(object_store_memory=OBJECT_STORE_BYTES, include_log_monitor=False)
+    cluster, node_ids = None, []
+    try:
+        cluster = Cluster(
+            initialize_head=True, head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args)
+        )
+        node_ids.append(cluster.head_node.node_id)
+        for node in nodes[1:]:
+            node_ids.append(cluster.add_node(**node.ray_args(), **args).node_id)
+    except Exception as error:  # Ray raises a bare Exception for a node that did not register
+        if cluster is not None:
+            cluster.shutdown()
+        if "timed out during startup" not in str(error):
+            raise
+        raise RuntimeError(
+            f"the simulated cluster did not start: node {len(node_ids)} did not register within Ray's 30 s; "
+            f"the machine is too busy (see uptime): run the plan again when it is less loaded"
+        ) from None
+    return cluster, node_ids
+
+
+def _last_error_line(exc: Exception) -> str:
+    """The exception veRL raised, without Ray's wrapping: its last 'SomeError: message' line."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error:" in line or "Exception:" in line:
+            return line.strip()
+    return lines[-1].strip() if lines else type(exc).__name__
+
+
+def _read(record: Path) -> dict:
+    import ray
+    from ray._private import state
+
+    records = [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+    actors = state.actors()
+    pgs = ray.util.placement_group_table()
+    nodes = {}
+    for node in ray.nodes():
+        if node.get("Alive"):
+            nodes[node["NodeID"]] = {"total": node["Resources"]}
+    for node_id, free in state.available_resources_per_node().items():
+        if node_id in nodes:
+            nodes[node_id]["free"] = free
+    return {"records": records, "actors": actors, "placement_groups": pgs, "resources": nodes}
+
+
+def _settle(record: Path, settle_s: float) -> dict:
+    """Read the state until every recorded actor is ALIVE, or those that are not cannot be placed
+    now, or ``settle_s`` passes; then read free resources twice in a row alike (Ray's resource
+    view lags its scheduling by a report period)."""
+    from examples.plan.report import blocked
+
+    deadline = time.monotonic() + settle_s
+    snapshot = _read(record)
+    while time.monotonic() < deadline:
+        starting = [
+            r for r in snapshot["records"]
+            if snapshot["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and not blocked(r, snapshot)
+        ]  # fmt: skip
+        if not starting:
+            break
+        time.sleep(1.0)
+        snapshot = _read(record)
+    for _ in range(10):
+        time.sleep(1.0)
+        again = _read(record)
+        same = {k: v.get("free") for k, v in again["resources"].items()} == {
+            k: v.get("free") for k, v in snapshot["resources"].items()
+        }
+        snapshot = again
+        if same:
+            break
+    snapshot["settled"] = time.monotonic() < deadline
+    return snapshot
