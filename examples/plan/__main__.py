@@ -12,7 +12,7 @@ import json
 import sys
 
 from examples.plan import cluster as cluster_mod
-from examples.plan.config import PlanInputError, compose, validate
+from examples.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
 
 
 def parse_args(argv=None):
@@ -88,6 +88,8 @@ def main(argv=None) -> int:
             nodes = cluster_mod.parse(args.cluster)
         config = compose(args.overrides)
         validate(config)
+        check_rollout_split(config)
+        check_one_pool_fits(config, nodes)
     except PlanInputError as error:
         print(f"plan: {error}", file=sys.stderr)
         return 2

@@ -87,3 +87,46 @@ def validate(config) -> None:
             f"veRL's start-up checks (validate_config) refuse this config:\n  {error}\n"
             f"  -> change the settings it names; veRL stops here too, before Ray starts"
         ) from None
+
+
+def check_rollout_split(config) -> None:
+    """veRL's check that the rollout's parallel size divides the trainer's GPUs.
+
+    veRL 0.9.1 makes it inside each worker, in ``ActorRolloutRefWorker.init_model``
+    (`verl/workers/engine_workers.py`), as an assert; the plan's workers are stand-ins, so the
+    planner makes the same check here, before Ray starts.
+    """
+    rollout = config.actor_rollout_ref.rollout
+    world = config.trainer.n_gpus_per_node * config.trainer.nnodes
+    infer = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
+    if world % infer:
+        raise PlanInputError(
+            f"rollout world_size: {world} is not divisible by infer_world_size: {infer} "
+            f"(veRL 0.9.1 asserts this in every worker's init_model)\n"
+            f"  -> make actor_rollout_ref.rollout.tensor_model_parallel_size x data_parallel_size x "
+            f"pipeline_model_parallel_size ({infer}) divide trainer.n_gpus_per_node x trainer.nnodes ({world})"
+        )
+
+
+def check_one_pool_fits(config, nodes) -> None:
+    """No node can hold one placement group of veRL's pool: nothing of the run could start.
+
+    Each GPU of the pool is a bundle ``{CPU: 3, GPU: 1}`` (``ResourcePoolManager``'s
+    ``max_colocate_count`` of 3, `verl/single_controller/ray/base.py`), and a group of
+    ``trainer.n_gpus_per_node`` bundles is packed on one node (``STRICT_PACK``).
+    """
+    n = config.trainer.n_gpus_per_node
+    if any(node.gpus >= n and node.cpus >= 3 * n for node in nodes):
+        return
+    largest = max(nodes, key=lambda node: (min(node.gpus, node.cpus // 3), node.gpus))
+    fits = min(largest.gpus, largest.cpus // 3)
+    raise PlanInputError(
+        f"no node can hold one placement group of veRL's pool: {n} bundles of {{CPU: 3, GPU: 1}} on one node "
+        f"= {{CPU: {3 * n}, GPU: {n}}}; the largest node has {{CPU: {largest.cpus}, GPU: {largest.gpus}}}\n"
+        + (
+            f"  -> set trainer.n_gpus_per_node={fits} (and trainer.nnodes to match), or declare nodes with "
+            f"{n} GPUs and {3 * n} CPUs"
+            if fits
+            else f"  -> declare nodes with GPUs and 3 CPUs per GPU (e.g. --cluster 1x{n}x{3 * n})"
+        )
+    )

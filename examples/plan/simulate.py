@@ -20,7 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 # Ray would start one idle Python worker per declared CPU on each node: 96 per node here.
 RAY_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
-OBJECT_STORE_BYTES = 80 * 2**20  # the smallest Ray accepts is 75 MiB; nothing big is stored
+OBJECT_STORE_BYTES = 80 * 2**20
+NODE_REGISTER_S = 180.0  # how long each simulated node may take to register (Ray alone gives 30 s)  # the smallest Ray accepts is 75 MiB; nothing big is stored
 
 
 def _model_dir(cache: Path) -> Path:
@@ -109,17 +110,32 @@ def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workd
     return result
 
 
-def start_cluster(nodes):
+def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
     """A ``Cluster`` with one raylet per node; returns it and the node ids, head first.
 
     Ray gives each raylet 30 s to register with the GCS (``raylet_start_wait_time_s`` in
-    `python/ray/_private/node.py` (`Node`)), which a very busy machine can miss: that is raised
-    as a RuntimeError that says so.
+    `python/ray/_private/node.py` (`Node`)), which a busy machine misses; here each lookup of
+    the new node (``ray._private.services.get_node``) retries for up to ``register_s`` seconds.
+    A node that still has not registered is raised as a RuntimeError that gives the limit.
     """
+    from ray._private import services
     from ray.cluster_utils import Cluster
+
+    get_node = services.get_node
+
+    def patient_get_node(gcs_address, node_id):
+        deadline = time.monotonic() + register_s
+        while True:
+            try:
+                return get_node(gcs_address, node_id)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
 
     args = dict(object_store_memory=OBJECT_STORE_BYTES, include_log_monitor=False)
     cluster, node_ids = None, []
+    services.get_node = patient_get_node
     try:
         cluster = Cluster(
             initialize_head=True, head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args)
@@ -133,9 +149,12 @@ def start_cluster(nodes):
         if "timed out during startup" not in str(error):
             raise
         raise RuntimeError(
-            f"the simulated cluster did not start: node {len(node_ids)} did not register within Ray's 30 s; "
-            f"the machine is too busy (see uptime): run the plan again when it is less loaded"
+            f"the simulated cluster did not start: node {len(node_ids)} did not register with the GCS "
+            f"within {register_s:g} s; the machine is too busy (see uptime): run the plan again when "
+            f"it is less loaded"
         ) from None
+    finally:
+        services.get_node = get_node
     return cluster, node_ids
 
 
