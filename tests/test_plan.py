@@ -1,7 +1,7 @@
-"""The layout planner (examples/plan, docs/verl/plan.md): it agrees with veRL's real run, it
+"""The layout planner (reference_impl/plan, docs/verl/plan.md): it agrees with veRL's real run, it
 gives the failures the troubleshooting pages reproduce, and bad input gets a message.
 
-The plans run ``python -m examples.plan`` in a subprocess, each on its own simulated cluster.
+The plans run ``python -m reference_impl.plan`` in a subprocess, each on its own simulated cluster.
 The comparison is with the committed record of ``nox -s verl_run``
 (benchmarks/results/verl-cpu-run/grpo.json): the shape of that run, planned, must list the
 same actors per class (the record's CPU server ``HFCPUServer`` stands where the plan's
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.plan import cluster
-from examples.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
+from reference_impl.plan import cluster
+from reference_impl.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run" / "grpo.json"
@@ -41,7 +41,7 @@ SMALL = [  # a batch veRL's checks accept on up to 8 GPUs
 
 def plan(tmp_path: Path, clusters: list[str], overrides: list[str], limit: float = 240) -> tuple[int, dict, str]:
     out = tmp_path / "plan.json"
-    args = [sys.executable, "-m", "examples.plan", "--json", str(out), "--limit", str(limit)]
+    args = [sys.executable, "-m", "reference_impl.plan", "--json", str(out), "--limit", str(limit)]
     args += [a for c in clusters for a in ("--cluster", c)] + overrides
     proc = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=limit + 300)
     text = proc.stdout + proc.stderr

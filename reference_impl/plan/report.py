@@ -86,6 +86,8 @@ def build(raw: dict, config, nodes) -> dict:
         "outcome": raw["outcome"],
         "error": raw.get("error"),
         "limit_s": raw["limit_s"],
+        "stall_s": raw["stall_s"],
+        "seconds": raw.get("seconds"),
         "pools": _pools(config),
         "placement_groups": [],
         "actors": [],

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from examples.plan.config import PlanInputError
+from reference_impl.plan.config import PlanInputError
 
 SPEC = re.compile(r"^(\d+)x(\d+)x(\d+)(?:x(\d+(?:\.\d+)?))?$")
 

@@ -1,4 +1,4 @@
-"""The command: ``python -m examples.plan [--cluster NxGxC[xM]]... [--json FILE] OVERRIDE...``.
+"""The command: ``python -m reference_impl.plan [--cluster NxGxC[xM]]... [--json FILE] OVERRIDE...``.
 
 Exit status: 0 when every actor is placed and ``TaskRunnerV1.run`` got to training; 1 when veRL
 raised or something waits; 3 when the simulated cluster did not start; 2 for input this planner cannot plan from (the message says what to
@@ -11,13 +11,13 @@ import argparse
 import json
 import sys
 
-from examples.plan import cluster as cluster_mod
-from examples.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
+from reference_impl.plan import cluster as cluster_mod
+from reference_impl.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m examples.plan",
+        prog="python -m reference_impl.plan",
         description="Run veRL 0.9.1's own resource pools, placement groups and actor creation "
         "on a simulated cluster, with stand-in workers, and print where everything lands.",
     )
@@ -28,7 +28,11 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--from-ray", metavar="ADDRESS", help="read the nodes of a running cluster (ray.nodes())")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
-    p.add_argument("--limit", type=float, default=90.0, help="seconds to wait for veRL's start-up (default 90)")
+    p.add_argument("--limit", type=float, default=300.0, help="seconds to wait for veRL's start-up in all (300)")
+    p.add_argument(
+        "--stall", type=float, default=20.0,
+        help="seconds without change, with something Ray cannot place, before the run is reported as waiting (20)",
+    )  # fmt: skip
     p.add_argument("--settle", type=float, default=30.0, help="seconds to wait for actors still starting (30)")
     return p.parse_args(argv)
 
@@ -69,7 +73,10 @@ def render(plan: dict) -> str:
         if plan["error"]:
             out.append(f"verdict: veRL stops: {plan['error']}")
         elif plan["outcome"] == "waiting":
-            out.append(f"verdict: the run waits: TaskRunnerV1.run had not reached training after {plan['limit_s']:g} s")
+            out.append(
+                "verdict: the run waits: veRL waits without a limit for what Ray cannot place "
+                f"(the plan stopped {plan['stall_s']:g} s after the last change; limit {plan['limit_s']:g} s)"
+            )
         else:
             out.append("verdict: the run starts, but some actors wait")
         for p in plan["pending"]:
@@ -93,11 +100,11 @@ def main(argv=None) -> int:
     except PlanInputError as error:
         print(f"plan: {error}", file=sys.stderr)
         return 2
-    from examples.plan.report import build
-    from examples.plan.simulate import simulate
+    from reference_impl.plan.report import build
+    from reference_impl.plan.simulate import simulate
 
     try:
-        raw = simulate(config, nodes, limit_s=args.limit, settle_s=args.settle)
+        raw = simulate(config, nodes, limit_s=args.limit, stall_s=args.stall, settle_s=args.settle)
     except RuntimeError as error:
         print(f"plan: {error}", file=sys.stderr)
         return 3

@@ -17,35 +17,58 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 # Ray would start one idle Python worker per declared CPU on each node: 96 per node here.
-RAY_ENV = {"RAY_enable_worker_prestart": "0", "RAY_prestart_worker_first_driver": "0"}
+RAY_ENV = {
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    # a raylet waits this long for its agents to report their ports; 2 busy cores can need minutes
+    "RAY_agent_register_timeout_ms": "300000",
+}
 OBJECT_STORE_BYTES = 80 * 2**20
 NODE_REGISTER_S = 180.0  # how long each simulated node may take to register (Ray alone gives 30 s)  # the smallest Ray accepts is 75 MiB; nothing big is stored
 
 
 def _model_dir(cache: Path) -> Path:
-    """A tiny Qwen2-shaped model and tokenizer: veRL reads a model's config and tokenizer at
-    start-up (``HFModelConfig``); the reader's model is not downloaded, and layout does not
-    depend on it."""
-    from examples.verl_on_cpu import fixture
+    """A model directory veRL can read at start-up: a Qwen2 config and a 3-token tokenizer.
 
+    veRL reads the model's config, tokenizer and generation config in ``TaskRunnerV1``
+    (``HFModelConfig``, `verl/workers/config/model.py`); no weights are loaded, since the workers
+    are stand-ins. The reader's model is not downloaded: layout does not depend on it.
+    """
     directory = cache / "model"
     if not (directory / "config.json").exists():
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config
+
         directory.mkdir(parents=True, exist_ok=True)
-        fixture.train_tokenizer(directory)
-        fixture.make_model(directory)
+        vocab = {"<|endoftext|>": 0, "<|im_end|>": 1, "<unk>": 2}
+        tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+        tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+        PreTrainedTokenizerFast(
+            tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>"
+        ).save_pretrained(directory)
+        Qwen2Config(
+            vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, eos_token_id=1, pad_token_id=0,
+            architectures=["Qwen2ForCausalLM"],
+        ).save_pretrained(directory)  # fmt: skip
+        GenerationConfig(eos_token_id=1, pad_token_id=0).save_pretrained(directory)
     return directory
 
 
-def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workdir: Path | None = None) -> dict:
+def simulate(
+    config, nodes, limit_s: float = 300.0, stall_s: float = 20.0, settle_s: float = 30.0, workdir: Path | None = None
+) -> dict:
     """Start the cluster, run TaskRunnerV1 with stand-in workers, return what happened.
 
     Args:
         config: the composed and validated veRL DictConfig (``config.compose``).
         nodes: list of ``cluster.NodeSpec``; the first is the head.
-        limit_s: how long to wait for ``TaskRunnerV1.run`` (seconds); a run still waiting then
-            is reported as waiting, with this limit.
+        limit_s: how long to wait for ``TaskRunnerV1.run`` in all (seconds); a run still going
+            then is reported as waiting, with this limit.
+        stall_s: a run that has something Ray cannot place (a pending placement group, an
+            actor no node can take) and in which nothing changed for this long is reported as
+            waiting before ``limit_s``: veRL itself would wait without end.
         settle_s: after run returns or the limit passes, how long to wait for actors that are
             still starting (not those Ray cannot place).
 
@@ -55,11 +78,11 @@ def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workd
     """
     import ray
     from omegaconf import OmegaConf, open_dict
-    from examples.plan import inside, standins
+    from reference_impl.plan import inside, standins
 
     start = time.monotonic()
     workdir = Path(workdir or tempfile.mkdtemp(prefix="verl-plan-"))
-    cache = Path(os.environ.get("PLAN_CACHE", Path(tempfile.gettempdir()) / "verl-plan-cache"))
+    cache = Path(os.environ.get("PLAN_CACHE", Path(tempfile.gettempdir()) / "verl-plan-cache-v1"))
     model = str(_model_dir(cache))
     with open_dict(config):
         config.actor_rollout_ref.model.path = model
@@ -73,7 +96,7 @@ def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workd
     os.environ.update(RAY_ENV)
     os.environ["RAY_TMPDIR"] = os.environ.get("RAY_TMPDIR", tempfile.gettempdir())
     cluster, node_ids = start_cluster(nodes)
-    result = {"node_ids": node_ids, "limit_s": limit_s, "settle_s": settle_s}
+    result = {"node_ids": node_ids, "limit_s": limit_s, "stall_s": stall_s, "settle_s": settle_s}
     try:
         from verl.trainer.constants_ppo import get_ppo_ray_runtime_env
         from verl.trainer.main_ppo import TaskRunnerV1
@@ -81,7 +104,6 @@ def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workd
         runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
         env = runtime_env.setdefault("env_vars", {})
         env["TRANSFER_QUEUE_ENABLE"] = "1"  # as run_ppo sets it
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         ray.init(address=cluster.address, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
 
         os.environ.update(PLAN_RECORD=str(record), PLAN_ROLE="driver")
@@ -92,8 +114,7 @@ def simulate(config, nodes, limit_s: float = 90.0, settle_s: float = 30.0, workd
         outcome, error = "waiting", None
         if done:
             run = runner.run.remote(config)
-            left = max(1.0, limit_s - (time.monotonic() - start))
-            done, _ = ray.wait([run], timeout=left)
+            done = _wait_or_stall(run, record, start + limit_s, stall_s)
             if done:
                 try:
                     ray.get(run)
@@ -158,6 +179,35 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
     return cluster, node_ids
 
 
+def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> bool:
+    """Wait for ``run``; True when it ended. False at ``deadline``, or once something cannot be
+    placed and the cluster's state has not changed for ``stall_s`` seconds."""
+    import ray
+
+    from reference_impl.plan.report import blocked
+
+    last, since = None, time.monotonic()
+    while time.monotonic() < deadline:
+        done, _ = ray.wait([run], timeout=2.0)
+        if done:
+            return True
+        snap = _read(record)
+        signature = (
+            len(snap["records"]),
+            sorted((k, v.get("State")) for k, v in snap["actors"].items()),
+            sorted((k, v.get("state")) for k, v in snap["placement_groups"].items()),
+        )
+        if signature != last:
+            last, since = signature, time.monotonic()
+            continue
+        stuck = any(pg.get("state") == "PENDING" for pg in snap["placement_groups"].values()) or any(
+            snap["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and blocked(r, snap) for r in snap["records"]
+        )
+        if stuck and time.monotonic() - since >= stall_s:
+            return False
+    return False
+
+
 def _last_error_line(exc: Exception) -> str:
     """The exception veRL raised, without Ray's wrapping: its last 'SomeError: message' line."""
     lines = [line for line in str(exc).splitlines() if line.strip()]
@@ -188,7 +238,7 @@ def _settle(record: Path, settle_s: float) -> dict:
     """Read the state until every recorded actor is ALIVE, or those that are not cannot be placed
     now, or ``settle_s`` passes; then read free resources twice in a row alike (Ray's resource
     view lags its scheduling by a report period)."""
-    from examples.plan.report import blocked
+    from reference_impl.plan.report import blocked
 
     deadline = time.monotonic() + settle_s
     snapshot = _read(record)

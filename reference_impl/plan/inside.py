@@ -22,7 +22,7 @@ import os
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from examples.plan import standins
+from reference_impl.plan import standins
 
 SERVER_METHODS = [
     "get_master_address", "launch_server", "get_server_address", "wake_up", "sleep",
