@@ -87,7 +87,7 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp_path):
     code, got, text = plan(
-        tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"], limit=60
+        tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"],
     )
     assert code == 1 and got["outcome"] == "waiting", text
     assert [pg["state"] for pg in got["placement_groups"]] == ["CREATED", "PENDING"], text
@@ -103,7 +103,7 @@ def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
 
 @pytest.mark.timeout(900)
 def test_a_head_without_cpus_leaves_transferqueue_storage_units_pending(tmp_path):
-    code, got, text = plan(tmp_path, ["1x0x0", "1x1x16"], SMALL + ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"], limit=60)
+    code, got, text = plan(tmp_path, ["1x0x0", "1x1x16"], SMALL + ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"])
     assert code == 1, text
     pending = [a for a in got["actors"] if a["state"] != "ALIVE"]
     assert Counter(a["class"] for a in pending) == Counter({"SimpleStorageUnit": 4}), text  # 8 units, 2 nodes

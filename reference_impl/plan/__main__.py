@@ -94,9 +94,9 @@ def main(argv=None) -> int:
         else:
             nodes = cluster_mod.parse(args.cluster)
         config = compose(args.overrides)
-        validate(config)
-        check_rollout_split(config)
         check_one_pool_fits(config, nodes)
+        check_rollout_split(config)
+        validate(config)
     except PlanInputError as error:
         print(f"plan: {error}", file=sys.stderr)
         return 2

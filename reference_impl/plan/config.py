@@ -82,11 +82,19 @@ def validate(config) -> None:
             use_reference_policy=need_reference_policy(config),
             use_critic=need_critic(config),
         )
-    except (AssertionError, ValueError) as error:
+    except Exception as error:  # assert, ValueError, or Hydra's InstantiationException around one
         raise PlanInputError(
-            f"veRL's start-up checks (validate_config) refuse this config:\n  {error}\n"
+            f"veRL's start-up checks (validate_config) refuse this config:\n  {_innermost(error)}\n"
             f"  -> change the settings it names; veRL stops here too, before Ray starts"
         ) from None
+
+
+def _innermost(error: BaseException) -> str:
+    """The message of the error at the bottom of a chain (Hydra wraps a config class's assert)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 def check_rollout_split(config) -> None:

@@ -21,11 +21,12 @@ from pathlib import Path
 RAY_ENV = {
     "RAY_enable_worker_prestart": "0",
     "RAY_prestart_worker_first_driver": "0",
-    # a raylet waits this long for its agents to report their ports; 2 busy cores can need minutes
+    # how long a raylet waits for its agents (and their port files); 2 busy cores can need minutes
     "RAY_agent_register_timeout_ms": "300000",
+    "RAY_raylet_start_wait_time_s": "300",
 }
-OBJECT_STORE_BYTES = 80 * 2**20
-NODE_REGISTER_S = 180.0  # how long each simulated node may take to register (Ray alone gives 30 s)  # the smallest Ray accepts is 75 MiB; nothing big is stored
+OBJECT_STORE_BYTES = 80 * 2**20  # the smallest Ray accepts is 75 MiB; nothing big is stored
+NODE_REGISTER_S = 180.0  # how long each simulated node may take to register (Ray alone gives 30 s)
 
 
 def _model_dir(cache: Path) -> Path:
