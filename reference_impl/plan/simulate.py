@@ -26,7 +26,8 @@ RAY_ENV = {
     "RAY_raylet_start_wait_time_s": "300",
 }
 OBJECT_STORE_BYTES = 80 * 2**20  # the smallest Ray accepts is 75 MiB; nothing big is stored
-NODE_REGISTER_S = 180.0  # how long each simulated node may take to register (Ray alone gives 30 s)
+NODE_REGISTER_S = 90.0  # how long each simulated node may take to register (Ray alone gives 30 s)
+CLUSTER_TRIES = 3  # a raylet whose agents start too slowly exits; the cluster is then started again
 
 
 def _model_dir(cache: Path) -> Path:
@@ -138,7 +139,9 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
     Ray gives each raylet 30 s to register with the GCS (``raylet_start_wait_time_s`` in
     `python/ray/_private/node.py` (`Node`)), which a busy machine misses; here each lookup of
     the new node (``ray._private.services.get_node``) retries for up to ``register_s`` seconds.
-    A node that still has not registered is raised as a RuntimeError that gives the limit.
+    On a very busy machine a raylet also exits when its agents take too long to write their
+    ports; the whole cluster is then started again, ``CLUSTER_TRIES`` times in all. A node that
+    never registers is raised as a RuntimeError that gives the limits.
     """
     from ray._private import services
     from ray.cluster_utils import Cluster
@@ -155,26 +158,33 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
                     raise
                 time.sleep(0.5)
 
-    args = dict(object_store_memory=OBJECT_STORE_BYTES, include_log_monitor=False)
-    cluster, node_ids = None, []
+    def args():
+        return dict(object_store_memory=OBJECT_STORE_BYTES, include_log_monitor=False)
+
     services.get_node = patient_get_node
     try:
-        cluster = Cluster(
-            initialize_head=True, head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args)
-        )
-        node_ids.append(cluster.head_node.node_id)
-        for node in nodes[1:]:
-            node_ids.append(cluster.add_node(**node.ray_args(), **args).node_id)
-    except Exception as error:  # Ray raises a bare Exception for a node that did not register
-        if cluster is not None:
-            cluster.shutdown()
-        if "timed out during startup" not in str(error):
-            raise
-        raise RuntimeError(
-            f"the simulated cluster did not start: node {len(node_ids)} did not register with the GCS "
-            f"within {register_s:g} s; the machine is too busy (see uptime): run the plan again when "
-            f"it is less loaded"
-        ) from None
+        for attempt in range(1, CLUSTER_TRIES + 1):
+            cluster, node_ids = None, []
+            try:
+                cluster = Cluster(
+                    initialize_head=True, head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args())
+                )
+                node_ids.append(cluster.head_node.node_id)
+                for node in nodes[1:]:
+                    node_ids.append(cluster.add_node(**node.ray_args(), **args()).node_id)
+                break
+            except Exception as error:  # Ray raises a bare Exception for a node that did not register
+                if cluster is not None:
+                    cluster.shutdown()
+                if "timed out during startup" not in str(error):
+                    raise
+                if attempt == CLUSTER_TRIES:
+                    raise RuntimeError(
+                        f"the simulated cluster did not start: node {len(node_ids)} did not register with the "
+                        f"GCS within {register_s:g} s, {CLUSTER_TRIES} times; the machine is too busy (see "
+                        f"uptime): run the plan again when it is less loaded"
+                    ) from None
+                print(f"plan: node {len(node_ids)} did not start within {register_s:g} s; starting the cluster again")
     finally:
         services.get_node = get_node
     return cluster, node_ids
