@@ -28,7 +28,10 @@ def parse_args(argv=None):
     )  # fmt: skip
     p.add_argument("--from-ray", metavar="ADDRESS", help="read the nodes of a running cluster (ray.nodes())")
     p.add_argument("--json", metavar="FILE", help="also write the plan as JSON")
-    p.add_argument("--limit", type=float, default=300.0, help="seconds to wait for veRL's start-up in all (300)")
+    p.add_argument(
+        "--limit", type=float, default=600.0,
+        help="seconds to wait for TaskRunnerV1 to be placed, and then for its run to reach training (600 each)",
+    )  # fmt: skip
     p.add_argument(
         "--stall", type=float, default=20.0,
         help="seconds without change, with something Ray cannot place, before the run is reported as waiting (20)",
@@ -72,6 +75,11 @@ def render(plan: dict) -> str:
     else:
         if plan["error"]:
             out.append(f"verdict: veRL stops: {plan['error']}")
+        elif plan["outcome"] == "limit":
+            out.append(
+                f"verdict: not known: TaskRunnerV1.run had not reached training within --limit {plan['limit_s']:g} s, "
+                "and actors were still starting (a busy machine? raise --limit)"
+            )
         elif plan["outcome"] == "waiting":
             out.append(
                 "verdict: the run waits: veRL waits without a limit for what Ray cannot place "

@@ -59,15 +59,15 @@ def _model_dir(cache: Path) -> Path:
 
 
 def simulate(
-    config, nodes, limit_s: float = 300.0, stall_s: float = 20.0, settle_s: float = 30.0, workdir: Path | None = None
+    config, nodes, limit_s: float = 600.0, stall_s: float = 20.0, settle_s: float = 30.0, workdir: Path | None = None
 ) -> dict:
     """Start the cluster, run TaskRunnerV1 with stand-in workers, return what happened.
 
     Args:
         config: the composed and validated veRL DictConfig (``config.compose``).
         nodes: list of ``cluster.NodeSpec``; the first is the head.
-        limit_s: how long to wait for ``TaskRunnerV1.run`` in all (seconds); a run still going
-            then is reported as waiting, with this limit.
+        limit_s: how long to wait for ``TaskRunnerV1`` to be placed, and then for its ``run``
+            (seconds, each); a run still going then is reported with outcome "limit".
         stall_s: a run that has something Ray cannot place (a pending placement group, an
             actor no node can take) and in which nothing changed for this long is reported as
             waiting before ``limit_s``: veRL itself would wait without end.
@@ -75,7 +75,8 @@ def simulate(
             still starting (not those Ray cannot place).
 
     Returns a dict: nodes, records (one per actor created), actors (GCS state), placement_groups,
-    resources per node (total, free), outcome ("finished", "raised", "waiting"), error, limit_s,
+    resources per node (total, free), outcome ("finished", "raised", "waiting": stalled on
+    what Ray cannot place, "limit": still going at limit_s), error, limit_s,
     seconds.
     """
     import ray
@@ -116,8 +117,9 @@ def simulate(
         outcome, error = "waiting", None
         if done:
             run = runner.run.remote(config)
-            done = _wait_or_stall(run, record, start + limit_s, stall_s)
-            if done:
+            ended = _wait_or_stall(run, record, time.monotonic() + limit_s, stall_s)
+            outcome = "waiting" if ended == "stalled" else "limit"
+            if ended == "finished":
                 try:
                     ray.get(run)
                     outcome = "finished"
@@ -190,9 +192,9 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
     return cluster, node_ids
 
 
-def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> bool:
-    """Wait for ``run``; True when it ended. False at ``deadline``, or once something cannot be
-    placed and the cluster's state has not changed for ``stall_s`` seconds."""
+def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> str:
+    """Wait for ``run``: "finished" when it ended, "stalled" once something cannot be placed and
+    the cluster's state has not changed for ``stall_s`` seconds, "limit" at ``deadline``."""
     import ray
 
     from reference_impl.plan.report import blocked
@@ -201,7 +203,7 @@ def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> bool:
     while time.monotonic() < deadline:
         done, _ = ray.wait([run], timeout=2.0)
         if done:
-            return True
+            return "finished"
         snap = _read(record)
         signature = (
             len(snap["records"]),
@@ -215,8 +217,8 @@ def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> bool:
             snap["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and blocked(r, snap) for r in snap["records"]
         )
         if stuck and time.monotonic() - since >= stall_s:
-            return False
-    return False
+            return "stalled"
+    return "limit"
 
 
 def _last_error_line(exc: Exception) -> str:
