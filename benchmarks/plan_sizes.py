@@ -23,11 +23,13 @@ from pathlib import Path
 import psutil
 
 GRPO = [
-    "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.actor.use_kl_loss=True",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.rollout.n=4",
+    "actor_rollout_ref.actor.use_kl_loss=True",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8",
-]  # fmt: skip
+]
 SHAPES = {  # name: (cluster, nnodes, gpus per node, rollout TP, train batch, mini batch)
     "1x1": ("1x1x16", 1, 1, 1, 4, 4),
     "2x8": ("2x8x96x1024", 2, 8, 2, 256, 64),
@@ -49,11 +51,20 @@ def measure(name: str, out: Path, limit_s: float) -> dict:
     cluster, nnodes, gpus, tp, batch, mini = SHAPES[name]
     plan_json = out / f"plan-{name}.json"
     args = [
-        sys.executable, "-m", "reference_impl.plan", "--cluster", cluster, "--json", str(plan_json),
-        f"trainer.nnodes={nnodes}", f"trainer.n_gpus_per_node={gpus}",
-        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}", f"data.train_batch_size={batch}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}", *GRPO,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "reference_impl.plan",
+        "--cluster",
+        cluster,
+        "--json",
+        str(plan_json),
+        f"trainer.nnodes={nnodes}",
+        f"trainer.n_gpus_per_node={gpus}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
+        f"data.train_batch_size={batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        *GRPO,
+    ]
     load_start = os.getloadavg()[0]
     start = time.monotonic()
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -78,7 +89,9 @@ def measure(name: str, out: Path, limit_s: float) -> dict:
         "cpus": os.cpu_count(),
         "actors": plan.get("summary", {}).get("actors"),
         "held": plan.get("summary", {}).get("held"),
-        "verdict": next((line for line in output.splitlines() if line.startswith("verdict:")), None),
+        "verdict": next(
+            (line for line in output.splitlines() if line.startswith("verdict:")), None
+        ),
         "tail": output.splitlines()[-5:],
     }
 
@@ -87,15 +100,19 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", default="1x1,2x8,4x8")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/plan-sizes"))
-    p.add_argument("--limit", type=float, default=1200.0, help="seconds per plan before it is killed")
+    p.add_argument(
+        "--limit", type=float, default=1200.0, help="seconds per plan before it is killed"
+    )
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.shapes.split(","):
         row = measure(name, args.out, args.limit)
         (args.out / f"{name}.json").write_text(json.dumps(row, indent=1))
         print(
-            f"{name}: {row['wall_s']} s, peak PSS {row['peak_pss_mib']} MiB, {row['actors']} actors, "
-            f"load {row['load_1min_start']} -> {row['load_1min_end']} on {row['cpus']} CPUs; {row['verdict']}",
+            f"{name}: {row['wall_s']} s, peak PSS {row['peak_pss_mib']} MiB, {row['actors']} "
+            "actors, "
+            f"load {row['load_1min_start']} -> {row['load_1min_end']} on {row['cpus']} CPUs; "
+            f"{row['verdict']}",
             flush=True,
         )
 

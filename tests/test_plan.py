@@ -19,27 +19,49 @@ from pathlib import Path
 import pytest
 
 from reference_impl.plan import cluster
-from reference_impl.plan.config import PlanInputError, check_one_pool_fits, check_rollout_split, compose, validate
+from reference_impl.plan.config import (
+    PlanInputError,
+    check_one_pool_fits,
+    check_rollout_split,
+    compose,
+    validate,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run" / "grpo.json"
 # Settings of the recorded command that are about the CPU harness (paths, logging, the CPU
 # rollout and device), not about layout; the plan uses its own model and vLLM's layout.
 HARNESS = (
-    "data.train_files", "data.val_files", "actor_rollout_ref.model.path", "reward.custom_reward_function",
-    "trainer.default_local_dir", "hydra.", "ray_kwargs", "+ray_kwargs", "actor_rollout_ref.rollout.name",
-    "trainer.device", "trainer.logger", "+actor_rollout_ref.model.override_config", "trainer.project_name",
-    "trainer.experiment_name", "data.dataloader_num_workers",
-)  # fmt: skip
+    "data.train_files",
+    "data.val_files",
+    "actor_rollout_ref.model.path",
+    "reward.custom_reward_function",
+    "trainer.default_local_dir",
+    "hydra.",
+    "ray_kwargs",
+    "+ray_kwargs",
+    "actor_rollout_ref.rollout.name",
+    "trainer.device",
+    "trainer.logger",
+    "+actor_rollout_ref.model.override_config",
+    "trainer.project_name",
+    "trainer.experiment_name",
+    "data.dataloader_num_workers",
+)
 SMALL = [  # a batch veRL's checks accept on up to 8 GPUs
-    "algorithm.adv_estimator=grpo", "data.train_batch_size=8", "actor_rollout_ref.rollout.n=1",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=8", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+    "algorithm.adv_estimator=grpo",
+    "data.train_batch_size=8",
+    "actor_rollout_ref.rollout.n=1",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
-]  # fmt: skip
+]
 
 
-def plan(tmp_path: Path, clusters: list[str], overrides: list[str], limit: float = 240) -> tuple[int, dict, str]:
+def plan(
+    tmp_path: Path, clusters: list[str], overrides: list[str], limit: float = 240
+) -> tuple[int, dict, str]:
     out = tmp_path / "plan.json"
     args = [sys.executable, "-m", "reference_impl.plan", "--json", str(out), "--limit", str(limit)]
     args += [a for c in clusters for a in ("--cluster", c)] + overrides
@@ -74,20 +96,28 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
     assert planned == real, text
     assert sum(planned.values()) == 29
     res = record["resources"]
-    assert got["summary"]["held"]["CPU"] == f"{res['CPU']['held']:g} of {res['CPU']['total']:g}", text
-    assert got["summary"]["held"]["GPU"] == f"{res['GPU']['held']:g} of {res['GPU']['total']:g}", text
+    assert got["summary"]["held"]["CPU"] == f"{res['CPU']['held']:g} of {res['CPU']['total']:g}", (
+        text
+    )
+    assert got["summary"]["held"]["GPU"] == f"{res['GPU']['held']:g} of {res['GPU']['total']:g}", (
+        text
+    )
     real_pgs = [
         (pg["name"], [{k: int(v) for k, v in b["unit_resources"].items()} for b in pg["bundles"]])
         for pg in record["snapshot"]["placement_groups"]
     ]
-    planned_pgs = [(pg["name"], [b["resources"] for b in pg["bundles"]]) for pg in got["placement_groups"]]
+    planned_pgs = [
+        (pg["name"], [b["resources"] for b in pg["bundles"]]) for pg in got["placement_groups"]
+    ]
     assert planned_pgs == real_pgs
 
 
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp_path):
     code, got, text = plan(
-        tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"],
+        tmp_path,
+        ["1x4x12", "1x2x6"],
+        SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"],
     )
     assert code == 1 and got["outcome"] == "waiting", text
     assert [pg["state"] for pg in got["placement_groups"]] == ["CREATED", "PENDING"], text
@@ -96,29 +126,46 @@ def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp
 
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
-    code, got, text = plan(tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"])
+    code, got, text = plan(
+        tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
+    )
     assert code == 1 and got["outcome"] == "raised", text
-    assert got["error"] == "ValueError: Total available GPUs 6.0 is less than total desired GPUs 8", text
+    assert (
+        got["error"] == "ValueError: Total available GPUs 6.0 is less than total desired GPUs 8"
+    ), text
 
 
 @pytest.mark.timeout(900)
 def test_a_head_without_cpus_leaves_transferqueue_storage_units_pending(tmp_path):
-    code, got, text = plan(tmp_path, ["1x0x0", "1x1x16"], SMALL + ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"])
+    code, got, text = plan(
+        tmp_path, ["1x0x0", "1x1x16"], SMALL + ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"]
+    )
     assert code == 1, text
     pending = [a for a in got["actors"] if a["state"] != "ALIVE"]
-    assert Counter(a["class"] for a in pending) == Counter({"SimpleStorageUnit": 4}), text  # 8 units, 2 nodes
+    assert Counter(a["class"] for a in pending) == Counter({"SimpleStorageUnit": 4}), (
+        text
+    )  # 8 units, 2 nodes
     assert "required_node_resource" in text
 
 
 def test_a_batch_size_verl_refuses_is_refused_before_ray_starts():
-    config = compose(["data.train_batch_size=3", "actor_rollout_ref.rollout.n=1", "trainer.n_gpus_per_node=2"])
-    with pytest.raises(PlanInputError, match=r"real_train_batch_size \(3\) must be divisible by minimal possible batch size \(2\)"):
+    config = compose(
+        ["data.train_batch_size=3", "actor_rollout_ref.rollout.n=1", "trainer.n_gpus_per_node=2"]
+    )
+    with pytest.raises(
+        PlanInputError,
+        match=r"real_train_batch_size \(3\) must be divisible by minimal possible batch size \(2\)",
+    ):
         validate(config)
 
 
 def test_a_tensor_parallel_size_that_does_not_divide_the_gpus_is_named():
-    config = compose(["trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"])
-    with pytest.raises(PlanInputError, match="rollout world_size: 8 is not divisible by infer_world_size: 3"):
+    config = compose(
+        ["trainer.n_gpus_per_node=8", "actor_rollout_ref.rollout.tensor_model_parallel_size=3"]
+    )
+    with pytest.raises(
+        PlanInputError, match="rollout world_size: 8 is not divisible by infer_world_size: 3"
+    ):
         check_rollout_split(config)
 
 
@@ -151,4 +198,7 @@ def test_a_cluster_that_cannot_hold_one_pool_names_the_setting():
 def test_a_malformed_cluster_spec_shows_the_form():
     with pytest.raises(PlanInputError, match=r"NODESxGPUSxCPUS\[xMEMORY_GIB\]"):
         cluster.parse(["2x8"])
-    assert cluster.parse(["1x4x12", "1x2x6x64"]) == [cluster.NodeSpec(4, 12), cluster.NodeSpec(2, 6, 64.0)]
+    assert cluster.parse(["1x4x12", "1x2x6x64"]) == [
+        cluster.NodeSpec(4, 12),
+        cluster.NodeSpec(2, 6, 64.0),
+    ]

@@ -50,7 +50,9 @@ def parse(specs: list[str]) -> list[NodeSpec]:
         count, gpus, cpus, memory = match.groups()
         nodes += [NodeSpec(int(gpus), int(cpus), float(memory) if memory else None)] * int(count)
     if not nodes:
-        raise PlanInputError("no nodes\n  -> give --cluster NODESxGPUSxCPUS[xMEMORY_GIB], or --from-ray ADDRESS")
+        raise PlanInputError(
+            "no nodes\n  -> give --cluster NODESxGPUSxCPUS[xMEMORY_GIB], or --from-ray ADDRESS"
+        )
     return nodes
 
 

@@ -26,7 +26,8 @@ def check_verl_version() -> None:
 
     if verl.__version__ != VERL_VERSION:
         raise PlanInputError(
-            f"veRL {verl.__version__} is installed; this planner runs veRL {VERL_VERSION}'s own code "
+            f"veRL {verl.__version__} is installed; this planner runs veRL {VERL_VERSION}'s own "
+            "code "
             f"and plans for that version only: pip install verl=={VERL_VERSION}"
         )
 
@@ -106,13 +107,19 @@ def check_rollout_split(config) -> None:
     """
     rollout = config.actor_rollout_ref.rollout
     world = config.trainer.n_gpus_per_node * config.trainer.nnodes
-    infer = rollout.tensor_model_parallel_size * rollout.data_parallel_size * rollout.pipeline_model_parallel_size
+    infer = (
+        rollout.tensor_model_parallel_size
+        * rollout.data_parallel_size
+        * rollout.pipeline_model_parallel_size
+    )
     if world % infer:
         raise PlanInputError(
             f"rollout world_size: {world} is not divisible by infer_world_size: {infer} "
             f"(veRL 0.9.1 asserts this in every worker's init_model)\n"
-            f"  -> make actor_rollout_ref.rollout.tensor_model_parallel_size x data_parallel_size x "
-            f"pipeline_model_parallel_size ({infer}) divide trainer.n_gpus_per_node x trainer.nnodes ({world})"
+            "  -> make actor_rollout_ref.rollout.tensor_model_parallel_size x data_parallel_size "
+            "x "
+            f"pipeline_model_parallel_size ({infer}) divide trainer.n_gpus_per_node x "
+            f"trainer.nnodes ({world})"
         )
 
 
@@ -129,10 +136,13 @@ def check_one_pool_fits(config, nodes) -> None:
     largest = max(nodes, key=lambda node: (min(node.gpus, node.cpus // 3), node.gpus))
     fits = min(largest.gpus, largest.cpus // 3)
     raise PlanInputError(
-        f"no node can hold one placement group of veRL's pool: {n} bundles of {{CPU: 3, GPU: 1}} on one node "
-        f"= {{CPU: {3 * n}, GPU: {n}}}; the largest node has {{CPU: {largest.cpus}, GPU: {largest.gpus}}}\n"
+        f"no node can hold one placement group of veRL's pool: {n} bundles of {{CPU: 3, GPU: 1}} "
+        "on one node "
+        f"= {{CPU: {3 * n}, GPU: {n}}}; the largest node has "
+        f"{{CPU: {largest.cpus}, GPU: {largest.gpus}}}\n"
         + (
-            f"  -> set trainer.n_gpus_per_node={fits} (and trainer.nnodes to match), or declare nodes with "
+            f"  -> set trainer.n_gpus_per_node={fits} (and trainer.nnodes to match), or declare "
+            "nodes with "
             f"{n} GPUs and {3 * n} CPUs"
             if fits
             else f"  -> declare nodes with GPUs and 3 CPUs per GPU (e.g. --cluster 1x{n}x{3 * n})"

@@ -5,7 +5,8 @@
 1. every actor the process creates goes through ``standins._remote``: recorded, and, for veRL's
    classes, started as a stand-in with the same resource request (``standins.py``);
 2. veRL's rollout replica for ``vllm`` (and ``sglang``, ``trtllm``) is :class:`PlanReplica`:
-   vLLM is not installed, and ``vLLMReplica`` imports it (`verl/workers/rollout/vllm_rollout/vllm_async_server.py`);
+   vLLM is not installed, and ``vLLMReplica`` imports it
+   (`verl/workers/rollout/vllm_rollout/vllm_async_server.py`);
 3. ``PPOTrainer._init_dataloader`` builds no data set: it only sets the step counts;
 4. ``PPOTrainer.fit`` returns at once: the plan ends where training would begin;
 5. ``transfer_queue.close`` is left to the planner, which reads TransferQueue's actors first.
@@ -25,10 +26,21 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from reference_impl.plan import standins
 
 SERVER_METHODS = [
-    "get_master_address", "launch_server", "get_server_address", "wake_up", "sleep",
-    "abort_all_requests", "resume_generation", "clear_kv_cache", "release_kv_cache",
-    "resume_kv_cache", "start_profile", "stop_profile", "wait_for_requests_to_drain", "generate",
-]  # fmt: skip
+    "get_master_address",
+    "launch_server",
+    "get_server_address",
+    "wake_up",
+    "sleep",
+    "abort_all_requests",
+    "resume_generation",
+    "clear_kv_cache",
+    "release_kv_cache",
+    "resume_kv_cache",
+    "start_profile",
+    "stop_profile",
+    "wait_for_requests_to_drain",
+    "generate",
+]
 
 
 def _replica_class():

@@ -32,7 +32,10 @@ def role(class_name: str) -> str:
 
 
 def _node_names(raw: dict) -> dict[str, str]:
-    return {node_id: f"node{i}" + (" (head)" if i == 0 else "") for i, node_id in enumerate(raw["node_ids"])}
+    return {
+        node_id: f"node{i}" + (" (head)" if i == 0 else "")
+        for i, node_id in enumerate(raw["node_ids"])
+    }
 
 
 def _need(request: dict) -> dict:
@@ -58,7 +61,9 @@ def blocked(record: dict, snapshot: dict) -> str | None:
     if isinstance(strategy, dict) and strategy.get("node_id") and not strategy.get("soft"):
         node = snapshot["resources"].get(strategy["node_id"], {})
         if not _fits(need, node.get("free", {})):
-            return f"pinned to a node (hard node affinity) that has {_base(node.get('free', {}))} free"
+            return (
+                f"pinned to a node (hard node affinity) that has {_base(node.get('free', {}))} free"
+            )
         return None
     if not any(_fits(need, n.get("free", {})) for n in snapshot["resources"].values()):
         return f"no node has {_fmt(need)} free"
@@ -82,7 +87,9 @@ def build(raw: dict, config, nodes) -> dict:
     names = _node_names(raw)
     plan = {
         "versions": _versions(),
-        "cluster": [{"node": names[i], **n.to_json()} for i, n in zip(raw["node_ids"], nodes)],
+        "cluster": [
+            {"node": names[i], **n.to_json()} for i, n in zip(raw["node_ids"], nodes, strict=True)
+        ],
         "outcome": raw["outcome"],
         "error": raw.get("error"),
         "limit_s": raw["limit_s"],
@@ -99,9 +106,17 @@ def build(raw: dict, config, nodes) -> dict:
         bundles = []
         for index, unit in sorted(pg["bundles"].items()):
             node_id = pg.get("bundles_to_node_id", {}).get(index)
-            bundles.append({"resources": {k: _num(v) for k, v in unit.items()}, "node": names.get(node_id)})
+            bundles.append(
+                {"resources": {k: _num(v) for k, v in unit.items()}, "node": names.get(node_id)}
+            )
         plan["placement_groups"].append(
-            {"name": pg["name"], "id": pg_id, "strategy": pg["strategy"], "state": pg["state"], "bundles": bundles}
+            {
+                "name": pg["name"],
+                "id": pg_id,
+                "strategy": pg["strategy"],
+                "state": pg["state"],
+                "bundles": bundles,
+            }
         )
     pg_names = {p["id"]: p["name"] for p in plan["placement_groups"]}
     for rec in raw["records"]:
@@ -112,7 +127,8 @@ def build(raw: dict, config, nodes) -> dict:
         if isinstance(strategy, dict) and strategy.get("placement_group"):
             where = f"{pg_names.get(strategy['placement_group'], '?')} bundle {strategy['bundle']}"
         elif isinstance(strategy, dict) and strategy.get("node_id"):
-            where = f"{'soft' if strategy['soft'] else 'hard'} affinity to {names.get(strategy['node_id'], '?')}"
+            kind = "soft" if strategy["soft"] else "hard"
+            where = f"{kind} affinity to {names.get(strategy['node_id'], '?')}"
         else:
             where = strategy or "default"
         actor = {
@@ -140,12 +156,21 @@ def _versions() -> dict:
     import transfer_queue
     import verl
 
-    return {"verl": verl.__version__, "ray": ray.__version__, "TransferQueue": transfer_queue.__version__}
+    return {
+        "verl": verl.__version__,
+        "ray": ray.__version__,
+        "TransferQueue": transfer_queue.__version__,
+    }
 
 
 def _pools(config) -> list[dict]:
     """The resource pools of ``PPOTrainer._init_resource_pool_mgr``, read from the config."""
-    pools = [{"pool": "global_pool", "gpus_per_node": [config.trainer.n_gpus_per_node] * config.trainer.nnodes}]
+    pools = [
+        {
+            "pool": "global_pool",
+            "gpus_per_node": [config.trainer.n_gpus_per_node] * config.trainer.nnodes,
+        }
+    ]
     rm = config.reward.reward_model
     if rm.enable_resource_pool:
         pools.append({"pool": "reward_pool", "gpus_per_node": [rm.n_gpus_per_node] * rm.nnodes})
@@ -186,11 +211,13 @@ def _pending_groups(plan: dict, raw: dict, names: dict, config) -> list[dict]:
         for b in pg["bundles"]:
             need.update(b["resources"])
         fits_empty = any(
-            all(r["total"].get(k, 0) >= v for k, v in need.items()) for r in raw["resources"].values()
+            all(r["total"].get(k, 0) >= v for k, v in need.items())
+            for r in raw["resources"].values()
         )
-        why = (
-            f"{pg['strategy']} needs one node with {_fmt(dict(need))} free; "
-            + ("a node that large exists but others hold part of it" if fits_empty else "no node is that large")
+        why = f"{pg['strategy']} needs one node with {_fmt(dict(need))} free; " + (
+            "a node that large exists but others hold part of it"
+            if fits_empty
+            else "no node is that large"
         )
         out.append({"what": f"placement group {pg['name']} ({pg['state']})", "why": why})
     return out
@@ -206,25 +233,38 @@ def _fixes(plan: dict, raw: dict, names: dict, config, nodes) -> list[str]:
         g = math.gcd(*gpus) if gpus else 0
         if g:
             fixes.append(
-                f"groups of {g} GPUs fit every node: trainer.n_gpus_per_node={g} trainer.nnodes={sum(gpus) // g} "
+                f"groups of {g} GPUs fit every node: trainer.n_gpus_per_node={g} "
+                f"trainer.nnodes={sum(gpus) // g} "
                 f"(uses all {sum(gpus)} GPUs; veRL asks n_gpus_per_node GPUs per placement group, "
                 f"each with {3} CPUs per GPU)"
             )
-        short = [names[i] for i, n in zip(raw["node_ids"], nodes) if n.gpus and n.cpus < 3 * n.gpus]
+        short = [
+            names[i]
+            for i, n in zip(raw["node_ids"], nodes, strict=True)
+            if n.gpus and n.cpus < 3 * n.gpus
+        ]
         if short:
-            fixes.append(f"give {', '.join(short)} 3 CPUs per GPU: each GPU bundle asks {{CPU: 3, GPU: 1}}")
-    zero_cpu = [names[i] for i, n in zip(raw["node_ids"], nodes) if n.cpus == 0]
+            fixes.append(
+                f"give {', '.join(short)} 3 CPUs per GPU: each GPU bundle asks {{CPU: 3, GPU: 1}}"
+            )
+    zero_cpu = [names[i] for i, n in zip(raw["node_ids"], nodes, strict=True) if n.cpus == 0]
     if any("SimpleStorageUnit" in p["what"] for p in plan["pending"]) and zero_cpu:
         fixes.append(
-            f"TransferQueue pins its storage units round robin over all alive nodes, {', '.join(zero_cpu)} "
-            f"included, and each asks 1 CPU: give {', '.join(zero_cpu)} CPUs, or put a custom resource "
-            f"on the nodes with CPUs and set +transfer_queue.backend.SimpleStorage.required_node_resource=NAME"
+            "TransferQueue pins its storage units round robin over all alive nodes, "
+            f"{', '.join(zero_cpu)} "
+            f"included, and each asks 1 CPU: give {', '.join(zero_cpu)} CPUs, or put a custom "
+            "resource "
+            "on the nodes with CPUs and set "
+            "+transfer_queue.backend.SimpleStorage.required_node_resource=NAME"
         )
     if any("TaskRunnerV1" in p["what"] for p in plan["pending"]):
-        fixes.append("TaskRunnerV1 needs a node with 1 free CPU to be placed: give the cluster a CPU")
+        fixes.append(
+            "TaskRunnerV1 needs a node with 1 free CPU to be placed: give the cluster a CPU"
+        )
     if "divisible" in error or "must be divisible" in error:
         fixes.append(
-            "make the rollout's tensor_model_parallel_size x data_parallel_size x pipeline_model_parallel_size "
+            "make the rollout's tensor_model_parallel_size x data_parallel_size x "
+            "pipeline_model_parallel_size "
             "divide trainer.n_gpus_per_node x trainer.nnodes"
         )
     return fixes

@@ -47,19 +47,33 @@ def _model_dir(cache: Path) -> Path:
         tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
         tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
         PreTrainedTokenizerFast(
-            tokenizer_object=tokenizer, eos_token="<|im_end|>", pad_token="<|endoftext|>", unk_token="<unk>"
+            tokenizer_object=tokenizer,
+            eos_token="<|im_end|>",
+            pad_token="<|endoftext|>",
+            unk_token="<unk>",
         ).save_pretrained(directory)
         Qwen2Config(
-            vocab_size=len(vocab), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, eos_token_id=1, pad_token_id=0,
+            vocab_size=len(vocab),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            eos_token_id=1,
+            pad_token_id=0,
             architectures=["Qwen2ForCausalLM"],
-        ).save_pretrained(directory)  # fmt: skip
+        ).save_pretrained(directory)
         GenerationConfig(eos_token_id=1, pad_token_id=0).save_pretrained(directory)
     return directory
 
 
 def simulate(
-    config, nodes, limit_s: float = 600.0, stall_s: float = 20.0, settle_s: float = 30.0, workdir: Path | None = None
+    config,
+    nodes,
+    limit_s: float = 600.0,
+    stall_s: float = 20.0,
+    settle_s: float = 30.0,
+    workdir: Path | None = None,
 ) -> dict:
     """Start the cluster, run TaskRunnerV1 with stand-in workers, return what happened.
 
@@ -81,6 +95,7 @@ def simulate(
     """
     import ray
     from omegaconf import OmegaConf, open_dict
+
     from reference_impl.plan import inside, standins
 
     start = time.monotonic()
@@ -107,7 +122,12 @@ def simulate(
         runtime_env = OmegaConf.to_container(OmegaConf.create(get_ppo_ray_runtime_env(config)))
         env = runtime_env.setdefault("env_vars", {})
         env["TRANSFER_QUEUE_ENABLE"] = "1"  # as run_ppo sets it
-        ray.init(address=cluster.address, runtime_env=runtime_env, logging_level="ERROR", log_to_driver=False)
+        ray.init(
+            address=cluster.address,
+            runtime_env=runtime_env,
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
 
         os.environ.update(PLAN_RECORD=str(record), PLAN_ROLE="driver")
         standins.install()  # records TaskRunnerV1's own request; nothing is replaced here
@@ -169,24 +189,32 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
             cluster, node_ids = None, []
             try:
                 cluster = Cluster(
-                    initialize_head=True, head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args())
+                    initialize_head=True,
+                    head_node_args=dict(nodes[0].ray_args(), include_dashboard=False, **args()),
                 )
                 node_ids.append(cluster.head_node.node_id)
                 for node in nodes[1:]:
                     node_ids.append(cluster.add_node(**node.ray_args(), **args()).node_id)
                 break
-            except Exception as error:  # Ray raises a bare Exception for a node that did not register
+            except (
+                Exception
+            ) as error:  # Ray raises a bare Exception for a node that did not register
                 if cluster is not None:
                     cluster.shutdown()
                 if "timed out during startup" not in str(error):
                     raise
                 if attempt == CLUSTER_TRIES:
                     raise RuntimeError(
-                        f"the simulated cluster did not start: node {len(node_ids)} did not register with the "
-                        f"GCS within {register_s:g} s, {CLUSTER_TRIES} times; the machine is too busy (see "
+                        f"the simulated cluster did not start: node {len(node_ids)} did not "
+                        "register with the "
+                        f"GCS within {register_s:g} s, {CLUSTER_TRIES} times; the machine is too "
+                        "busy (see "
                         f"uptime): run the plan again when it is less loaded"
                     ) from None
-                print(f"plan: node {len(node_ids)} did not start within {register_s:g} s; starting the cluster again")
+                print(
+                    f"plan: node {len(node_ids)} did not start within {register_s:g} s; starting "
+                    "the cluster again"
+                )
     finally:
         services.get_node = get_node
     return cluster, node_ids
@@ -213,8 +241,11 @@ def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> str:
         if signature != last:
             last, since = signature, time.monotonic()
             continue
-        stuck = any(pg.get("state") == "PENDING" for pg in snap["placement_groups"].values()) or any(
-            snap["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and blocked(r, snap) for r in snap["records"]
+        stuck = any(
+            pg.get("state") == "PENDING" for pg in snap["placement_groups"].values()
+        ) or any(
+            snap["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and blocked(r, snap)
+            for r in snap["records"]
         )
         if stuck and time.monotonic() - since >= stall_s:
             return "stalled"
@@ -257,9 +288,11 @@ def _settle(record: Path, settle_s: float) -> dict:
     snapshot = _read(record)
     while time.monotonic() < deadline:
         starting = [
-            r for r in snapshot["records"]
-            if snapshot["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and not blocked(r, snapshot)
-        ]  # fmt: skip
+            r
+            for r in snapshot["records"]
+            if snapshot["actors"].get(r["actor_id"], {}).get("State") != "ALIVE"
+            and not blocked(r, snapshot)
+        ]
         if not starting:
             break
         time.sleep(1.0)
