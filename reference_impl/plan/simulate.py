@@ -183,6 +183,12 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
     def args():
         return dict(object_store_memory=OBJECT_STORE_BYTES, include_log_monitor=False)
 
+    # The dashboard agent in its minimal form (as with `pip install ray` without [default]):
+    # fewer modules to import, so it writes its port file sooner (see CLUSTER_TRIES).
+    from ray._private import utils
+
+    dependency_error = utils.get_dashboard_dependency_error
+    utils.get_dashboard_dependency_error = lambda: "the planner starts minimal agents"
     services.get_node = patient_get_node
     try:
         for attempt in range(1, CLUSTER_TRIES + 1):
@@ -217,6 +223,7 @@ def start_cluster(nodes, register_s: float = NODE_REGISTER_S):
                 )
     finally:
         services.get_node = get_node
+        utils.get_dashboard_dependency_error = dependency_error
     return cluster, node_ids
 
 
