@@ -92,6 +92,7 @@ def build(raw: dict, config, nodes) -> dict:
         ],
         "outcome": raw["outcome"],
         "error": raw.get("error"),
+        "error_detail": raw.get("error_detail"),
         "limit_s": raw["limit_s"],
         "stall_s": raw["stall_s"],
         "seconds": raw.get("seconds"),

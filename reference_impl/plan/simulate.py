@@ -145,6 +145,7 @@ def simulate(
                     outcome = "finished"
                 except Exception as exc:  # veRL's own error, raised in TaskRunnerV1
                     outcome, error = "raised", _last_error_line(exc)
+                    result["error_detail"] = str(exc)[-4000:]
         result.update(outcome=outcome, error=error)
         result["seconds_to_outcome"] = round(time.monotonic() - start, 1)
         result.update(_settle(record, settle_s))
@@ -260,12 +261,10 @@ def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> str:
 
 
 def _last_error_line(exc: Exception) -> str:
-    """The exception veRL raised, without Ray's wrapping: its last 'SomeError: message' line."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    for line in reversed(lines):
-        if "Error:" in line or "Exception:" in line:
-            return line.strip()
-    return lines[-1].strip() if lines else type(exc).__name__
+    """The exception veRL raised in TaskRunnerV1, without Ray's wrapping: 'Type: first line'."""
+    cause = getattr(exc, "cause", None) or exc  # RayTaskError keeps the original as .cause
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    return f"{type(cause).__name__}: {lines[0] if lines else ''}".rstrip(": ")
 
 
 def _read(record: Path) -> dict:
