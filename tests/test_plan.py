@@ -81,6 +81,7 @@ def recorded_shape() -> tuple[list[str], list[str]]:
     return overrides, [f"1x{gpus}x{cpus}"]
 
 
+@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
 @pytest.mark.timeout(900)
 def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_path):
     record = json.loads(RECORD.read_text())
@@ -112,6 +113,7 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
     assert planned_pgs == real_pgs
 
 
+@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp_path):
     code, got, text = plan(
@@ -124,6 +126,7 @@ def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp
     assert "trainer.n_gpus_per_node=2 trainer.nnodes=3" in text
 
 
+@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
     code, got, text = plan(
@@ -135,6 +138,7 @@ def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
     ), text
 
 
+@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
 @pytest.mark.timeout(900)
 def test_a_head_without_cpus_leaves_transferqueue_storage_units_pending(tmp_path):
     code, got, text = plan(
