@@ -23,6 +23,7 @@ from pathlib import Path
 import psutil
 
 GRPO = [
+    "actor_rollout_ref.rollout.name=vllm",
     "algorithm.adv_estimator=grpo",
     "actor_rollout_ref.rollout.n=4",
     "actor_rollout_ref.actor.use_kl_loss=True",

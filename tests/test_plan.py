@@ -20,6 +20,7 @@ import pytest
 
 from reference_impl.plan import cluster
 from reference_impl.plan.config import (
+    check_mandatory,
     PlanInputError,
     check_one_pool_fits,
     check_rollout_split,
@@ -49,6 +50,7 @@ HARNESS = (
     "data.dataloader_num_workers",
 )
 SMALL = [  # a batch veRL's checks accept on up to 8 GPUs
+    "actor_rollout_ref.rollout.name=vllm",
     "algorithm.adv_estimator=grpo",
     "data.train_batch_size=8",
     "actor_rollout_ref.rollout.n=1",
@@ -76,6 +78,7 @@ def recorded_shape() -> tuple[list[str], list[str]]:
     """The overrides and the cluster of the recorded run (1 node, its declared CPUs and GPU)."""
     command = json.loads(RECORD.read_text())["command"]
     overrides = [a for a in command[3:] if not a.startswith(HARNESS)]
+    overrides.append("actor_rollout_ref.rollout.name=vllm")  # the CPU run had its own, hfcpu
     cpus = next(a.split("=")[1] for a in command if a.startswith("ray_kwargs.ray_init.num_cpus="))
     gpus = next(a.split("=")[1] for a in command if a.startswith("+ray_kwargs.ray_init.num_gpus="))
     return overrides, [f"1x{gpus}x{cpus}"]
@@ -206,3 +209,9 @@ def test_a_malformed_cluster_spec_shows_the_form():
         cluster.NodeSpec(4, 12),
         cluster.NodeSpec(2, 6, 64.0),
     ]
+
+
+def test_a_missing_rollout_name_is_named_before_ray_starts():
+    with pytest.raises(PlanInputError, match=r"add actor_rollout_ref.rollout.name=vllm"):
+        check_mandatory(compose([]))
+    check_mandatory(compose(["actor_rollout_ref.rollout.name=vllm"]))

@@ -14,6 +14,7 @@ import sys
 from reference_impl.plan import cluster as cluster_mod
 from reference_impl.plan.config import (
     PlanInputError,
+    check_mandatory,
     check_one_pool_fits,
     check_rollout_split,
     compose,
@@ -148,6 +149,7 @@ def main(argv=None) -> int:
         check_one_pool_fits(config, nodes)
         check_rollout_split(config)
         validate(config)
+        check_mandatory(config)
     except PlanInputError as error:
         print(f"plan: {error}", file=sys.stderr)
         return 2

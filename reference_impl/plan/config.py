@@ -148,3 +148,21 @@ def check_one_pool_fits(config, nodes) -> None:
             else f"  -> declare nodes with GPUs and 3 CPUs per GPU (e.g. --cluster 1x{n}x{3 * n})"
         )
     )
+
+
+def check_mandatory(config) -> None:
+    """Settings veRL 0.9.1's config leaves as ``???`` and the run reads: they must be given.
+
+    Without them veRL stops inside ``TaskRunnerV1`` with omegaconf's ``MissingMandatoryValue``.
+    """
+    from omegaconf import OmegaConf
+
+    needed = ["actor_rollout_ref.rollout.name"]
+    if config.reward.reward_model.enable:
+        needed.append("reward.reward_model.rollout.name")
+    missing = [key for key in needed if key in OmegaConf.missing_keys(config)]
+    if missing:
+        raise PlanInputError(
+            f"veRL 0.9.1's config has no default for {', '.join(missing)} (???), and the run reads it\n"
+            f"  -> add {' '.join(f'{key}=vllm' for key in missing)} (or sglang, trtllm)"
+        )
