@@ -20,8 +20,8 @@ import pytest
 
 from reference_impl.plan import cluster
 from reference_impl.plan.config import (
-    check_mandatory,
     PlanInputError,
+    check_mandatory,
     check_one_pool_fits,
     check_rollout_split,
     compose,
