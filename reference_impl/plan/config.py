@@ -163,6 +163,7 @@ def check_mandatory(config) -> None:
     missing = [key for key in needed if key in OmegaConf.missing_keys(config)]
     if missing:
         raise PlanInputError(
-            f"veRL 0.9.1's config has no default for {', '.join(missing)} (???), and the run reads it\n"
+            f"veRL 0.9.1's config has no default for {', '.join(missing)} (???), "
+            f"and the run reads it\n"
             f"  -> add {' '.join(f'{key}=vllm' for key in missing)} (or sglang, trtllm)"
         )
