@@ -118,7 +118,9 @@ def glued_to_chinese(page: Path) -> list[str]:
     """Each place where a link or inline code touches a Chinese character, as the reader sees it."""
     text = CODE_BLOCK.sub(" ", page_html(page))
     return [
-        html.unescape(re.sub(r"<[^>]*>|^[^<]*>|<[^>]*$", "", text[max(m.start() - 80, 0) : m.end() + 40]))
+        html.unescape(
+            re.sub(r"<[^>]*>|^[^<]*>|<[^>]*$", "", text[max(m.start() - 80, 0) : m.end() + 40])
+        )
         for m in GLUED.finditer(text)
     ]
 
