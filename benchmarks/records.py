@@ -63,6 +63,7 @@ TRL = RESULTS / "rlhf-vs-trl"
 GPU = RESULTS / "gpu-2026-11-26-nvidia-h200"
 VERL = RESULTS / "verl-cpu-run"
 TRANSFER = RESULTS / "dataproto-transfer"
+PLAN = RESULTS / "plan-sizes"
 
 
 def learning_run(algo: str) -> Step:
@@ -147,6 +148,13 @@ RECORDS = {
             ),
             needs="veRL's own environment, which `nox -s verl_run` builds and runs in "
             "(constraints-verl-run.txt; about 5 minutes and 10 GiB on 2 cores)",
+        ),
+        Record(
+            "plan-sizes",
+            "the layout planner's wall time and peak memory for 1 x 1, 2 x 8 and 4 x 8 GPUs "
+            "(docs/verl/plan.md#measured)",
+            make=(Step(("python", "-m", "benchmarks.plan_sizes", "--out", str(PLAN))),),
+            after="update the table in docs/verl/plan.md#measured (both languages)",
         ),
         Record(
             "gpu-2026-11-26-nvidia-h200",

@@ -98,7 +98,9 @@ def test_no_italics_over_chinese_text(page):
 )
 def test_glossary_terms_are_written_one_way(page):
     # A `::: module.name` line is a mkdocstrings directive (docs/api/), not prose.
-    text = "\n".join(line for line in prose(page).splitlines() if not line.startswith(":::"))
+    text = "\n".join(
+        line for line in prose(page).splitlines() if not line.lstrip().startswith(":::")
+    )
     found = [
         f"{variant!r} (write {fixed!r}): ...{text[max(m.start() - 15, 0) : m.end() + 15]}..."
         for fixed, variant in glossary_variants()

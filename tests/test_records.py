@@ -319,6 +319,20 @@ def transfer_figures(record: Path, language: str) -> Figures:
     return found
 
 
+# --- plan-sizes: docs/verl/plan.md#measured --------------------------------------------------
+
+
+def plan_size_figures(record: Path, language: str) -> Figures:
+    """Each measured shape's wall time and peak memory, as the table gives them."""
+    found: Figures = []
+    for path in sorted(record.glob("[0-9]*x[0-9]*.json")):
+        size = read(record, path.name)
+        found.append(f"{size['wall_s']:.0f} s")
+        if size.get("peak_pss_mib"):
+            found.append(f"{size['peak_pss_mib']} MiB")
+    return found
+
+
 # --- the table -------------------------------------------------------------------------------
 
 
@@ -340,6 +354,7 @@ QUOTES = [
     Quote("docs/verl/run-layout.md", "cpu-run", "verl-cpu-run", verl_run_figures),
     Quote("docs/verl/transferqueue.md", "per-step", "verl-cpu-run", transferqueue_figures),
     Quote("docs/verl/transferqueue.md", "serialization", "dataproto-transfer", transfer_figures),
+    Quote("docs/verl/plan.md", "measured", "plan-sizes", plan_size_figures),
 ]
 
 
