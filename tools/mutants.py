@@ -25,12 +25,13 @@ import json
 import os
 import random
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from run_limited import run_limited  # tools/ is this script's directory
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each module, and the fast tests that cover it. The single controller's tests start a
@@ -155,19 +156,12 @@ def run_module(tree: Path, module: str, python: str, sample: int, seed: int, lim
     total = keep_a_sample(session, sample, seed)
     # exec runs the kept mutants one by one; at the limit it is interrupted, and it puts the
     # file back (cosmic-ray restores it when the run is interrupted); we copy it back as well.
-    process = subprocess.Popen(
-        [*cosmic, "exec", str(work / "config.toml"), str(session)], cwd=tree,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        process.wait(timeout=max(limit_s, 1))
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    run_limited(
+        [*cosmic, "exec", str(work / "config.toml"), str(session)],
+        max(limit_s, 1),
+        cwd=tree,
+        grace_s=60,
+    )
     shutil.copy2(ROOT / module, tree / module)
     return total, *outcomes(session)
 
