@@ -49,12 +49,12 @@ HARNESS = (
     "trainer.experiment_name",
     "data.dataloader_num_workers",
 )
-SMALL = [  # a batch veRL's checks accept on up to 8 GPUs
+SMALL = [  # a batch veRL's checks accept on 1, 2, 3, 4, 6 or 8 GPUs
     "actor_rollout_ref.rollout.name=vllm",
     "algorithm.adv_estimator=grpo",
-    "data.train_batch_size=8",
+    "data.train_batch_size=24",
     "actor_rollout_ref.rollout.n=1",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=24",
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
@@ -121,10 +121,12 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
 def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp_path):
     code, got, text = plan(
         tmp_path,
-        ["1x4x12", "1x2x6"],
+        ["1x4x24", "1x2x16"],
         SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"],
     )
     assert code == 1 and got["outcome"] == "waiting", text
+    # CPUs to spare: the 9 that TransferQueue's actors hold, wherever Ray put them, leave
+    # room for one group of {GPU: 3, CPU: 9}, and for the fix's groups of 2 on both nodes.
     assert [pg["state"] for pg in got["placement_groups"]] == ["CREATED", "PENDING"], text
     assert "trainer.n_gpus_per_node=2 trainer.nnodes=3" in text
 
@@ -143,15 +145,23 @@ def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
 
 @pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
 @pytest.mark.timeout(900)
-def test_a_head_without_cpus_leaves_transferqueue_storage_units_pending(tmp_path):
+def test_a_head_without_cpus_stops_verl_with_unschedulable_storage_units(tmp_path):
     code, got, text = plan(
-        tmp_path, ["1x0x0", "1x1x16"], SMALL + ["trainer.nnodes=1", "trainer.n_gpus_per_node=1"]
+        tmp_path,
+        ["1x0x0", "1x1x16"],
+        SMALL
+        + [
+            "trainer.nnodes=1",
+            "trainer.n_gpus_per_node=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        ],
     )
     assert code == 1, text
-    pending = [a for a in got["actors"] if a["state"] != "ALIVE"]
-    assert Counter(a["class"] for a in pending) == Counter({"SimpleStorageUnit": 4}), (
-        text
-    )  # 8 units, 2 nodes
+    # 8 units round robin over 2 nodes: the head's 4 are infeasible, and Ray 2.60 fails them
+    # at once (hard affinity, soft=False) rather than leaving them pending.
+    dead = [a for a in got["actors"] if a["state"] == "DEAD"]
+    assert Counter(a["class"] for a in dead) == Counter({"SimpleStorageUnit": 4}), text
+    assert got["outcome"] == "raised" and "ActorUnschedulableError" in got["error"], text
     assert "required_node_resource" in text
 
 

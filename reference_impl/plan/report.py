@@ -79,7 +79,8 @@ def _num(x: float):
 
 
 def _fmt(resources: dict) -> str:
-    return "{" + ", ".join(f"{k}: {_num(v)}" for k, v in resources.items() if v) + "}"
+    """``{CPU: 3, GPU: 1}``: the names sorted, so the text is the same from run to run."""
+    return "{" + ", ".join(f"{k}: {_num(v)}" for k, v in sorted(resources.items()) if v) + "}"
 
 
 def build(raw: dict, config, nodes) -> dict:
@@ -237,7 +238,8 @@ def _fixes(plan: dict, raw: dict, names: dict, config, nodes) -> list[str]:
                 f"groups of {g} GPUs fit every node: trainer.n_gpus_per_node={g} "
                 f"trainer.nnodes={sum(gpus) // g} "
                 f"(uses all {sum(gpus)} GPUs; veRL asks n_gpus_per_node GPUs per placement group, "
-                f"each with {3} CPUs per GPU)"
+                "each with 3 CPUs per GPU, which must be free beside the CPUs the run's other "
+                "actors hold)"
             )
         short = [
             names[i]

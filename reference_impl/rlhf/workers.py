@@ -123,9 +123,12 @@ def actor_loss(log_prob, entropy, part: dict, mini_batch: dict, config: RLHFConf
     ``global_batch_size`` in ``verl/trainer/ppo/core_algos.py``).
 
     Args:
-        log_prob, entropy: float32 ``[b, R]`` of the micro-batch's rows.
-        part, mini_batch: the micro-batch's and the mini-batch's tensors
-            (``response_mask``, ``old_log_probs``, ``advantages``, ``ref_log_prob``).
+        log_prob: float32 ``[b, R]``, the micro-batch's rows' token log-probs.
+        entropy: float32 ``[b, R]``, their entropies.
+        part: the micro-batch's tensors (``response_mask``, ``old_log_probs``,
+            ``advantages``, ``ref_log_prob``).
+        mini_batch: the same keys over the whole mini-batch (for the shares).
+        config: the run's config (``loss_agg_mode``, ``clip_ratio``, ``entropy_coeff``).
 
     Returns:
         ``(loss, metrics)``: a scalar to call ``backward`` on, and 0-d tensors.

@@ -122,13 +122,21 @@ def definitions(path: Path) -> tuple[set[str], dict[str, set[str]]]:
 
 
 def bound_names(statement: ast.stmt) -> set[str]:
-    """The names a statement defines: a class, a function, or the targets of an assignment."""
+    """The names a statement defines: a class, a function, the targets of an assignment, and
+    those of the statements inside a `with`, `if` or `try`."""
     if isinstance(statement, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
         return {statement.name}
     if isinstance(statement, ast.Assign):
         return {t.id for t in statement.targets if isinstance(t, ast.Name)}
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
         return {statement.target.id}
+    # A module-level `with`, `if` or `try` binds its body's names at module scope too
+    # (veRL's `__version__` is read inside `with open(...)`).
+    if isinstance(statement, ast.With | ast.If | ast.Try):
+        bodies = [statement.body, getattr(statement, "orelse", [])]
+        if isinstance(statement, ast.Try):
+            bodies += [statement.finalbody, *(h.body for h in statement.handlers)]
+        return {name for body in bodies for sub in body for name in bound_names(sub)}
     return set()
 
 
