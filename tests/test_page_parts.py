@@ -97,6 +97,8 @@ def test_the_scripts_hold_only_their_own_blocks(pytester):
     )
 
 
-def test_errata_runs_as_three_scripts():
+def test_errata_runs_as_one_script():
+    # Its entries read the Ray state earlier ones leave (E25 times E15's tasks, E34 finds
+    # E20's worker), which the name analysis of `scripts=N` cannot see.
     errata = Path(__file__).parents[1] / "docs" / "errata.md"
-    assert set(script_parts(errata.read_text("utf-8")).values()) == {None, 0, 1, 2}
+    assert set(script_parts(errata.read_text("utf-8")).values()) == {0}

@@ -238,7 +238,9 @@ def test_each_page_describes_itself_in_its_own_language(site):
     assert all(re.search(r"[\u4e00-\u9fff]", described[p]) for p in chinese)
     assert not any(re.search(r"[\u4e00-\u9fff]", described[p]) for p in english)
     debugging = site / "troubleshooting" / "debugging" / "index.html"
-    assert described[debugging].startswith("A breakpoint() in the driver")  # markup dropped
+    assert described[debugging].startswith(
+        "Before ray.init(), a breakpoint() in the driver"
+    )  # markup dropped
 
 
 class Outline(HTMLParser):
