@@ -252,7 +252,10 @@ def _wait_or_stall(run, record: Path, deadline: float, stall_s: float) -> str:
         stuck = any(
             pg.get("state") == "PENDING" for pg in snap["placement_groups"].values()
         ) or any(
-            snap["actors"].get(r["actor_id"], {}).get("State") != "ALIVE" and blocked(r, snap)
+            # A DEAD actor waits for nothing: the error it raised reaches veRL's driver, and
+            # the run ends ("raised") rather than stalls.
+            snap["actors"].get(r["actor_id"], {}).get("State") not in ("ALIVE", "DEAD")
+            and blocked(r, snap)
             for r in snap["records"]
         )
         if stuck and time.monotonic() - since >= stall_s:

@@ -132,12 +132,16 @@ def bound_names(statement: ast.stmt) -> set[str]:
         return {statement.target.id}
     # A module-level `with`, `if` or `try` binds its body's names at module scope too
     # (veRL's `__version__` is read inside `with open(...)`).
-    if isinstance(statement, ast.With | ast.If | ast.Try):
-        bodies = [statement.body, getattr(statement, "orelse", [])]
-        if isinstance(statement, ast.Try):
-            bodies += [statement.finalbody, *(h.body for h in statement.handlers)]
-        return {name for body in bodies for sub in body for name in bound_names(sub)}
-    return set()
+    if isinstance(statement, ast.With):
+        bodies = [statement.body]
+    elif isinstance(statement, ast.If):
+        bodies = [statement.body, statement.orelse]
+    elif isinstance(statement, ast.Try):
+        bodies = [statement.body, statement.orelse, statement.finalbody]
+        bodies += [handler.body for handler in statement.handlers]
+    else:
+        return set()
+    return {name for body in bodies for sub in body for name in bound_names(sub)}
 
 
 def class_members(node: ast.ClassDef) -> set[str]:
