@@ -18,7 +18,9 @@ So each xdist worker is started through ``tests/namespace.sh``: private PID, net
 mount namespaces, so its own process table, port 6379 and ``/tmp`` (pytest's base temp and
 the interpreter's prefix stay visible: ``NAMESPACE_KEEP``). All items then run in one
 session, a page whole on one worker (``--dist loadfile``). A shell page mostly waits, so
-3 workers share 2 cores (the cost, measured: CONTRIBUTING.md, "What the suite costs").
+3 workers share 2 cores (the cost, measured: CONTRIBUTING.md, "What the suite costs"). The
+moment it does not wait is when it starts a Ray node, so commands that run ``ray start`` take
+turns across workers (a lock file, ``SUITE_NODE_START_LOCK``; tests/docblocks/shell_blocks.py).
 
 Where namespaces cannot be made (not Linux, or no privilege), the suite runs as before:
 the parallel pass (``pytest``: the defaults in pyproject.toml deselect ``shell`` and
@@ -90,7 +92,13 @@ def namespaced_run(workers: int, work: Path) -> tuple[list[str], dict[str, str]]
     # The interpreter must stay visible too: a virtualenv (or its base Python) under /tmp
     # would vanish behind the private /tmp.
     keep = dict.fromkeys([str(kept), sys.prefix, sys.base_prefix])
-    env = {**os.environ, "NAMESPACE_WORK": str(work), "NAMESPACE_KEEP": ":".join(keep)}
+    env = {
+        **os.environ,
+        "NAMESPACE_WORK": str(work),
+        "NAMESPACE_KEEP": ":".join(keep),
+        # Shell pages start their Ray nodes one at a time (tests/docblocks/shell_blocks.py).
+        "SUITE_NODE_START_LOCK": str(kept / "node-start.lock"),
+    }
     return command, env
 
 

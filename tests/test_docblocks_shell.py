@@ -7,11 +7,14 @@ in-process with the harness's own parser, setup and teardown.
 
 from __future__ import annotations
 
+import fcntl
+
 import psutil
 import pytest
 
+from tests.docblocks import shell_blocks
 from tests.docblocks.match import clean
-from tests.docblocks.shell_blocks import options_of, parse_console
+from tests.docblocks.shell_blocks import node_start_turn, options_of, parse_console
 from tests.test_docblocks import run_page
 
 
@@ -130,6 +133,43 @@ def test_sandbox_has_its_own_home_and_ray_tmpdir(pytester, monkeypatch):
         """,
     )
     result.assert_outcomes(passed=1)
+
+
+def test_sandbox_starts_from_the_environment_the_worker_started_with(pytester, monkeypatch):
+    # What `ray.init()` in an earlier python block of this process leaves behind.
+    monkeypatch.setenv("PYTHONBREAKPOINT", "ray.util.rpdb._driver_set_trace")
+    result = run_page(
+        pytester,
+        """
+        ~~~console
+        $ echo "${PYTHONBREAKPOINT:-unset}"
+        unset
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
+def lock_is_free(path) -> bool:
+    """Could another worker take the node-start lock now? (flock conflicts between two
+    open files even within one process.)"""
+    with open(path, "a") as other:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(other, fcntl.LOCK_UN)
+        return True
+
+
+def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_path):
+    lock = tmp_path / "node-start.lock"
+    monkeypatch.setattr(shell_blocks, "NODE_START_LOCK", str(lock))
+    with node_start_turn("ray start --head --port=6379"):
+        assert not lock_is_free(lock)  # another worker's `ray start` waits
+    assert lock_is_free(lock)
+    with node_start_turn("ray status"):  # starts no node: holds nothing
+        assert lock_is_free(lock)
 
 
 def test_timeout_fails_instead_of_hanging(pytester):

@@ -37,12 +37,15 @@ after the rest.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import shlex
 import shutil
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +57,59 @@ from tests.docblocks.match import clean, matches
 
 PROMPT = "$ "
 DEFAULT_TIMEOUT_S = 120.0
+# The environment this process started with. A page's terminal starts from it, not from
+# os.environ at the time: a python block that ran `ray.init()` in this process has set
+# PYTHONBREAKPOINT there (`connect` in ray/_private/worker.py), and a terminal that
+# inherited it would show Ray's breakpoint hook before its own `ray.init()`.
+ENVIRON_AT_START = dict(os.environ)
+
+# Starting a Ray node is a few seconds of work for several processes at once (GCS, raylet,
+# dashboard, agents), and `ray start` gives the raylet 30 s to register with the GCS
+# (`Node.__init__` in ray/_private/node.py). On a 2-core machine with three workers, two
+# pages starting nodes at the same moment starved a GCS past that limit ("The current node
+# timed out during startup"). tests/passes.py names a lock file that every namespaced worker
+# sees; a command that starts a node holds it, so workers start their nodes one at a time.
+# Without the variable (one worker, or the shell pages one at a time) there is no lock.
+NODE_START_LOCK = ENVIRON_AT_START.get("SUITE_NODE_START_LOCK")
+STARTS_A_NODE = re.compile(r"\bray start\b")
+BACKGROUND_NODE_BOOT_S = 30.0  # `ray start`'s own limit for a node to come up
+
+
+def raylets_here() -> set[int]:
+    """PIDs of the raylets among this process's descendants (the page's nodes)."""
+    found = set()
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.name() == "raylet":
+                found.add(process.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+@contextmanager
+def node_start_turn(command: str):
+    """Hold the suite's node-start lock while ``command`` starts a Ray node.
+
+    A node started in the background (``ray start --block &``) is still booting when the
+    command returns, so the lock is kept until a new raylet runs here, for at most
+    BACKGROUND_NODE_BOOT_S. The wait only orders the workers: what the page shows and checks
+    does not depend on it.
+    """
+    if not NODE_START_LOCK or not STARTS_A_NODE.search(command):
+        yield
+        return
+    with open(NODE_START_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            before = raylets_here()
+            yield
+            if "--block" in command:
+                deadline = time.monotonic() + BACKGROUND_NODE_BOOT_S
+                while not raylets_here() - before and time.monotonic() < deadline:
+                    time.sleep(0.5)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass
@@ -181,7 +237,7 @@ class Sandbox:
         root = Path(tempfile.mkdtemp(prefix="page-", dir="/tmp"))
         for name in ("work", "home", "ray"):
             (root / name).mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTEST_"))}
+        env = {k: v for k, v in ENVIRON_AT_START.items() if not k.startswith(("RAY_", "PYTEST_"))}
         env.update(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), TERM="dumb")
         (root / "env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
@@ -215,10 +271,11 @@ class Sandbox:
         log = self.root / "last-output"
         # Reap while waiting: `ray stop` waits for its targets to vanish, and an
         # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
-        done = run_limited(
-            ["bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
-            waiting=lambda process: reap_adopted(keep={process.pid}),
-        )  # fmt: skip
+        with node_start_turn(command):
+            done = run_limited(
+                ["bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
+                waiting=lambda process: reap_adopted(keep={process.pid}),
+            )  # fmt: skip
         code = done.returncode
         if done.killed:
             reap_adopted()
