@@ -7,6 +7,7 @@ every fenced block in docs/ into a test is ``tests/docblocks/plugin.py``.
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import psutil
@@ -61,6 +62,16 @@ def in_own_namespace() -> bool:
     worker? Then no other worker shares its process table, and when it exits the kernel
     ends whatever it left running, so the worker itself must look before it goes."""
     return os.environ.get("IN_OWN_NAMESPACES") == "1"
+
+
+def pytest_configure(config):
+    # tests/namespace.sh starts each worker as a background job, and bash starts background
+    # jobs with SIGINT ignored; an ignored signal stays ignored across exec, so every command
+    # a page runs would ignore Ctrl-C, and run_limited's interrupt (SIGINT, then SIGKILL)
+    # would only ever kill. A terminal's processes take SIGINT: give this worker Python's own
+    # handler back, so that what it starts begins with SIGINT's default action again.
+    if in_own_namespace() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionstart(session):

@@ -8,6 +8,7 @@ in-process with the harness's own parser, setup and teardown.
 from __future__ import annotations
 
 import fcntl
+import os
 
 import psutil
 import pytest
@@ -135,7 +136,7 @@ def test_sandbox_has_its_own_home_and_ray_tmpdir(pytester, monkeypatch):
     result.assert_outcomes(passed=1)
 
 
-def test_sandbox_starts_from_the_environment_the_worker_started_with(pytester, monkeypatch):
+def test_sandbox_does_not_inherit_what_ray_init_set_in_the_worker(pytester, monkeypatch):
     # What `ray.init()` in an earlier python block of this process leaves behind.
     monkeypatch.setenv("PYTHONBREAKPOINT", "ray.util.rpdb._driver_set_trace")
     result = run_page(
@@ -165,11 +166,13 @@ def lock_is_free(path) -> bool:
 def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_path):
     lock = tmp_path / "node-start.lock"
     monkeypatch.setattr(shell_blocks, "NODE_START_LOCK", str(lock))
-    with node_start_turn("ray start --head --port=6379"):
+    with node_start_turn("ray start --head --port=6379") as prefix:
         assert not lock_is_free(lock)  # another worker's `ray start` waits
+        if os.geteuid() == 0:  # and this one goes first
+            assert prefix == ["nice", "-n", str(shell_blocks.NODE_START_NICE)]
     assert lock_is_free(lock)
-    with node_start_turn("ray status"):  # starts no node: holds nothing
-        assert lock_is_free(lock)
+    with node_start_turn("ray status") as prefix:  # starts no node: holds nothing
+        assert lock_is_free(lock) and prefix == []
 
 
 def test_timeout_fails_instead_of_hanging(pytester):

@@ -57,22 +57,29 @@ from tests.docblocks.match import clean, matches
 
 PROMPT = "$ "
 DEFAULT_TIMEOUT_S = 120.0
-# The environment this process started with. A page's terminal starts from it, not from
-# os.environ at the time: a python block that ran `ray.init()` in this process has set
-# PYTHONBREAKPOINT there (`connect` in ray/_private/worker.py), and a terminal that
-# inherited it would show Ray's breakpoint hook before its own `ray.init()`.
-ENVIRON_AT_START = dict(os.environ)
+# What `ray.init()` sets in the environment of the process that calls it (`connect` in
+# ray/_private/worker.py). A python block that ran `ray.init()` in this process has set it
+# here; a page's terminal gets the value this process started with instead, or none, as a
+# reader's fresh terminal would (else its driver shows Ray's breakpoint hook before its own
+# `ray.init()`).
+SET_BY_RAY_INIT = ("PYTHONBREAKPOINT",)
+ENVIRON_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if name in os.environ}
 
-# Starting a Ray node is a few seconds of work for several processes at once (GCS, raylet,
-# dashboard, agents), and `ray start` gives the raylet 30 s to register with the GCS
-# (`Node.__init__` in ray/_private/node.py). On a 2-core machine with three workers, two
-# pages starting nodes at the same moment starved a GCS past that limit ("The current node
-# timed out during startup"). tests/passes.py names a lock file that every namespaced worker
-# sees; a command that starts a node holds it, so workers start their nodes one at a time.
-# Without the variable (one worker, or the shell pages one at a time) there is no lock.
-NODE_START_LOCK = ENVIRON_AT_START.get("SUITE_NODE_START_LOCK")
+# Starting a Ray node is seconds of CPU for several processes at once (GCS, dashboard,
+# raylet, and the raylet's two Python agents, whose ports it waits for before it registers:
+# `NodeManager::WaitForDashboardAgentPorts`), and `ray start` gives the node 30 s to register
+# with the GCS (`Node.__init__` in ray/_private/node.py). On a 2-core machine with three
+# workers busy, starts failed there ("The current node timed out during startup"; CI, and a
+# worker node of cloud.md here). So, where tests/passes.py names a lock file that every
+# namespaced worker sees, a command that starts a node holds it (workers start their nodes
+# one at a time) and runs at a higher CPU priority (NODE_START_NICE, where this process may
+# raise it: root, as on CI), which the node's processes inherit. Neither changes what the
+# command does or prints. Without the variable (one worker, or the shell pages one at a
+# time) commands run as typed.
+NODE_START_LOCK = os.environ.get("SUITE_NODE_START_LOCK")
 STARTS_A_NODE = re.compile(r"\bray start\b")
 BACKGROUND_NODE_BOOT_S = 30.0  # `ray start`'s own limit for a node to come up
+NODE_START_NICE = -5  # about 3 times a default process's share of a contended core
 
 
 def raylets_here() -> set[int]:
@@ -89,7 +96,8 @@ def raylets_here() -> set[int]:
 
 @contextmanager
 def node_start_turn(command: str):
-    """Hold the suite's node-start lock while ``command`` starts a Ray node.
+    """Hold the suite's node-start lock while ``command`` starts a Ray node; yields the
+    prefix to run it with (``nice``, or nothing).
 
     A node started in the background (``ray start --block &``) is still booting when the
     command returns, so the lock is kept until a new raylet runs here, for at most
@@ -97,13 +105,14 @@ def node_start_turn(command: str):
     does not depend on it.
     """
     if not NODE_START_LOCK or not STARTS_A_NODE.search(command):
-        yield
+        yield []
         return
+    prefix = ["nice", "-n", str(NODE_START_NICE)] if os.geteuid() == 0 else []
     with open(NODE_START_LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             before = raylets_here()
-            yield
+            yield prefix
             if "--block" in command:
                 deadline = time.monotonic() + BACKGROUND_NODE_BOOT_S
                 while not raylets_here() - before and time.monotonic() < deadline:
@@ -237,7 +246,12 @@ class Sandbox:
         root = Path(tempfile.mkdtemp(prefix="page-", dir="/tmp"))
         for name in ("work", "home", "ray"):
             (root / name).mkdir()
-        env = {k: v for k, v in ENVIRON_AT_START.items() if not k.startswith(("RAY_", "PYTEST_"))}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("RAY_", "PYTEST_")) and k not in SET_BY_RAY_INIT
+        }
+        env.update(ENVIRON_AT_START)
         env.update(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), TERM="dumb")
         (root / "env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
@@ -271,9 +285,9 @@ class Sandbox:
         log = self.root / "last-output"
         # Reap while waiting: `ray stop` waits for its targets to vanish, and an
         # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
-        with node_start_turn(command):
+        with node_start_turn(command) as prefix:
             done = run_limited(
-                ["bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
+                [*prefix, "bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
                 waiting=lambda process: reap_adopted(keep={process.pid}),
             )  # fmt: skip
         code = done.returncode
