@@ -6,6 +6,9 @@ The comparison is with the committed record of ``nox -s verl_run``
 (benchmarks/results/verl-cpu-run/grpo.json): the shape of that run, planned, must list the
 same actors per class (the record's CPU server ``HFCPUServer`` stands where the plan's
 ``vLLMHttpServer`` does), the same placement group and the same CPUs and GPU held.
+
+The 4 + 2 GPU cluster asked for in groups of three is not run here: docs/verl/plan.md runs it
+(#failing) and compares its placement groups' states, its verdict and its fix.
 """
 
 from __future__ import annotations
@@ -114,21 +117,6 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
         (pg["name"], [b["resources"] for b in pg["bundles"]]) for pg in got["placement_groups"]
     ]
     assert planned_pgs == real_pgs
-
-
-@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
-@pytest.mark.timeout(900)
-def test_four_plus_two_gpus_in_groups_of_three_waits_and_names_groups_of_two(tmp_path):
-    code, got, text = plan(
-        tmp_path,
-        ["1x4x24", "1x2x16"],
-        SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=3"],
-    )
-    assert code == 1 and got["outcome"] == "waiting", text
-    # CPUs to spare: the 9 that TransferQueue's actors hold, wherever Ray put them, leave
-    # room for one group of {GPU: 3, CPU: 9}, and for the fix's groups of 2 on both nodes.
-    assert [pg["state"] for pg in got["placement_groups"]] == ["CREATED", "PENDING"], text
-    assert "trainer.n_gpus_per_node=2 trainer.nnodes=3" in text
 
 
 @pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
