@@ -63,7 +63,7 @@ DEFAULT_TIMEOUT_S = 120.0
 # reader's fresh terminal would (else its driver shows Ray's breakpoint hook before its own
 # `ray.init()`).
 SET_BY_RAY_INIT = ("PYTHONBREAKPOINT",)
-ENVIRON_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if name in os.environ}
+RAY_INIT_VARS_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if name in os.environ}
 
 # Starting a Ray node is seconds of CPU for several processes at once (GCS, dashboard,
 # raylet, and the raylet's two Python agents, whose ports it waits for before it registers:
@@ -251,7 +251,7 @@ class Sandbox:
             for k, v in os.environ.items()
             if not k.startswith(("RAY_", "PYTEST_")) and k not in SET_BY_RAY_INIT
         }
-        env.update(ENVIRON_AT_START)
+        env.update(RAY_INIT_VARS_AT_START)
         env.update(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), TERM="dumb")
         (root / "env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
