@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import sys
 
 import psutil
 import pytest
@@ -173,6 +175,41 @@ def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_p
     assert lock_is_free(lock)
     with node_start_turn("ray status") as prefix:  # starts no node: holds nothing
         assert lock_is_free(lock) and prefix == []
+
+
+def test_a_raylet_counts_as_registered_once_the_gcs_has_told_it_of_its_own_node(tmp_path):
+    # A stand-in raylet: its arguments name the log and its node id, as a raylet's do.
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    args = [f"--log_dir={log_dir}", "--node_id=abc123"]
+    raylet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    try:
+        (log_dir / "raylet.out").write_text("main.cc: Setting node ID node_id=abc123\n")
+        assert not shell_blocks.registered(raylet.pid)
+        with (log_dir / "raylet.out").open("a") as out:  # the GCS has told it of another node
+            out.write("accessor.cc: ... for node, IsAlive = 1 node_id=fff999\n")
+        assert not shell_blocks.registered(raylet.pid)
+        with (log_dir / "raylet.out").open("a") as out:  # ... and of its own
+            out.write("accessor.cc: ... for node, IsAlive = 1 node_id=abc123\n")
+        assert shell_blocks.registered(raylet.pid)
+    finally:
+        raylet.kill()
+        raylet.wait()
+    assert not shell_blocks.registered(raylet.pid)  # gone: no
+
+
+def test_a_failure_shows_the_logs_that_background_commands_wrote(pytester):
+    page = (
+        "~~~console\n"
+        "$ (echo starting; echo 'node timed out during startup') > node2.log 2>&1 &\n"
+        "$ sleep 1; grep -q 'ran on' demand.log\n"
+        "~~~\n"
+    )
+    result = run_page(pytester, page)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*exited with code 2*", "*last lines of node2.log*", "starting", "*timed out*"]
+    )
 
 
 def test_timeout_fails_instead_of_hanging(pytester):

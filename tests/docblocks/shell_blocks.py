@@ -78,7 +78,10 @@ RAY_INIT_VARS_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if 
 # time) commands run as typed.
 NODE_START_LOCK = os.environ.get("SUITE_NODE_START_LOCK")
 STARTS_A_NODE = re.compile(r"\bray start\b")
-BACKGROUND_NODE_BOOT_S = 30.0  # `ray start`'s own limit for a node to come up
+# `ray start`'s own limit for a node to register (30 s, counted once its processes are
+# started), plus the CLI's import and version check before them (13 s measured beside 8 busy
+# loops on 2 cores).
+BACKGROUND_NODE_BOOT_S = 60.0
 NODE_START_NICE = -5  # about 3 times a default process's share of a contended core
 
 
@@ -94,15 +97,30 @@ def raylets_here() -> set[int]:
     return found
 
 
+def registered(raylet: int) -> bool:
+    """Whether the GCS has told this raylet that its own node is alive, so the node's start
+    is over.
+
+    The raylet logs each node it hears of: ``... IsAlive = 1 node_id=<id>`` in raylet.out,
+    and its own id is its ``--node_id`` argument (Ray 2.60). Unreadable means no.
+    """
+    try:
+        args = dict(a[2:].split("=", 1) for a in psutil.Process(raylet).cmdline() if "=" in a)
+        log = Path(args["log_dir"]) / "raylet.out"
+        return f"IsAlive = 1 node_id={args['node_id']}" in log.read_text(errors="replace")
+    except (psutil.NoSuchProcess, KeyError, OSError):
+        return False
+
+
 @contextmanager
 def node_start_turn(command: str):
     """Hold the suite's node-start lock while ``command`` starts a Ray node; yields the
     prefix to run it with (``nice``, or nothing).
 
     A node started in the background (``ray start --block &``) is still booting when the
-    command returns, so the lock is kept until a new raylet runs here, for at most
-    BACKGROUND_NODE_BOOT_S. The wait only orders the workers: what the page shows and checks
-    does not depend on it.
+    command returns, so the lock is kept until a new raylet here has registered with the
+    GCS, for at most BACKGROUND_NODE_BOOT_S. The wait only orders the workers: what the page
+    shows and checks does not depend on it.
     """
     if not NODE_START_LOCK or not STARTS_A_NODE.search(command):
         yield []
@@ -115,7 +133,9 @@ def node_start_turn(command: str):
             yield prefix
             if "--block" in command:
                 deadline = time.monotonic() + BACKGROUND_NODE_BOOT_S
-                while not raylets_here() - before and time.monotonic() < deadline:
+                while time.monotonic() < deadline:
+                    if any(registered(pid) for pid in raylets_here() - before):
+                        break
                     time.sleep(0.5)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
@@ -264,6 +284,16 @@ class Sandbox:
     def work(self) -> Path:
         return self.root / "work"
 
+    def log_tails(self, lines: int = 15) -> str:
+        """The last ``lines`` lines of each ``*.log`` the page's commands wrote in its working
+        directory, for a failure message: a background command (``ray start --block > node2.log
+        2>&1 &``) says why it stopped only there, and the sandbox is gone after the page."""
+        parts = []
+        for log in sorted(self.work.glob("*.log")):
+            tail = clean(log.read_text(errors="replace")).splitlines()[-lines:]
+            parts.append(f"--- last lines of {log.relative_to(self.work)} ---\n" + "\n".join(tail))
+        return "\n".join(parts)
+
     def write_file(self, name: str, text: str) -> None:
         path = self.work / name
         if self.work not in path.resolve().parents:
@@ -343,13 +373,16 @@ def run_console(example) -> str | None:
             time.sleep(1)
         sys.stdout.write(f"$ {command.text}\n{clean(output)}\n")  # visible with `pytest -s`
         if code != 0:
-            return f"`{command.text}` exited with code {code}:\n{clean(output)[-3000:]}"
-        if not shown:
-            return (
+            failure = f"`{command.text}` exited with code {code}:\n{clean(output)[-3000:]}"
+        elif not shown:
+            failure = (
                 f"the output of `{command.text}` differs from the page\n"
                 f"--- page shows ---\n{clean(command.expected)}\n"
                 f"--- command printed ---\n{clean(output)}"
             )
+        else:
+            continue
+        return "\n".join(filter(None, [failure, sandbox.log_tails()]))
     return None
 
 
@@ -357,10 +390,12 @@ def run_bash(example) -> str | None:
     block: ShellBlock = example.parsed
     block.printed = None
     skip_unless_set(block)
-    code, output = sandbox_of(example.namespace).run(block.source, block.timeout, errexit=True)
+    sandbox = sandbox_of(example.namespace)
+    code, output = sandbox.run(block.source, block.timeout, errexit=True)
     sys.stdout.write(clean(output) + "\n")
     if code != 0:
-        return f"the script exited with code {code}:\n{clean(output)[-3000:]}"
+        failure = f"the script exited with code {code}:\n{clean(output)[-3000:]}"
+        return "\n".join(filter(None, [failure, sandbox.log_tails()]))
     block.printed = clean(output)
     return None
 
