@@ -360,8 +360,9 @@ class RayWorkerGroup:
     # How long a failed call waits for the other ranks' outcomes before it names a rank.
     # A rank killed inside a collective makes its peers raise at once (gloo: "Connection
     # closed by peer"), and Ray may report that before it reports the death itself; the
-    # rank to name is the one that died. Measured here: the death follows within 0.1 s.
-    DEATH_GRACE_S = 2.0
+    # rank to name is the one that died. The death usually follows within a fraction of a
+    # second; the window is wide for a busy machine, and ends early once every rank answered.
+    DEATH_GRACE_S = 5.0
 
     def _where(self, rank: int) -> str:
         return f"worker group {self.name_prefix!r}, rank {rank} ({self._worker_names[rank]})"
