@@ -34,7 +34,7 @@ from reference_impl.rlhf.config import ConfigError, make_config
 from reference_impl.rlhf.trainer import RLHFTrainer
 
 # A hang detector, not a speed test: generous enough for a machine doing other work.
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.reads_docs()]
 
 
 @pytest.fixture(scope="module")

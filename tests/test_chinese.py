@@ -27,6 +27,8 @@ import markdown
 import pytest
 from mkdocs.config import load_config
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 GLOSSARY = DOCS / "glossary.zh.md"

@@ -19,6 +19,8 @@ import pytest
 import ray
 import torch
 
+pytestmark = pytest.mark.reads_docs()
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 ROWS, COLS = 64, 1000  # float32: 250 KiB, large enough for Ray's object store, not inlined
 

@@ -19,6 +19,8 @@ from reference_impl import (
     unpad_dataproto,
 )
 
+pytestmark = pytest.mark.reads_docs()
+
 
 def make(n: int = 6, meta: dict | None = None) -> DataProto:
     """Row i has ids [2i, 2i+1], score float(i), prompt "p{i}" and a per-row dict."""

@@ -20,9 +20,12 @@ from tests.docblocks import page_scripts, python_blocks
 from tests.docblocks.match import matches
 from tests.docblocks.plugin import EXECUTE_LANGUAGES
 
+pytestmark = pytest.mark.reads_docs()
+
 CONFTEST = """
 from sybil import Sybil
 from tests.docblocks.plugin import parse_blocks, start_page, stop_what_the_page_started
+
 
 pytest_collect_file = Sybil(
     parsers=[parse_blocks], patterns=["*.md"],

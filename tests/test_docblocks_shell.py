@@ -20,6 +20,8 @@ from tests.docblocks.match import clean
 from tests.docblocks.shell_blocks import node_start_turn, options_of, parse_console
 from tests.test_docblocks import run_page
 
+pytestmark = pytest.mark.reads_docs()
+
 
 def test_console_commands_run_and_outputs_match_with_placeholders(pytester):
     result = run_page(

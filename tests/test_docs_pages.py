@@ -20,6 +20,8 @@ from mkdocs.config import load_config
 
 from page_blocks import Block, blocks, prose, twin, twin_mismatch
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 EN_PAGES = sorted(p for p in DOCS.rglob("*.md") if not p.name.endswith(".zh.md"))

@@ -21,7 +21,12 @@ import pytest
 
 import take_away
 
-pytestmark = pytest.mark.downloads
+pytestmark = [
+    pytest.mark.downloads,
+    pytest.mark.reads_docs(
+        "docs/ray-core/tasks.md", "docs/verl/worker-groups.md", "docs/verl/worker-groups.zh.md"
+    ),
+]
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.reads_docs()
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 EXPECTED = {

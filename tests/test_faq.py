@@ -23,6 +23,8 @@ from mkdocs.config import load_config
 
 import page_blocks
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 SEED_QUESTIONS = REPO.parent / "shared" / "seed-questions.yaml"

@@ -15,6 +15,8 @@ import pytest
 
 import page_blocks
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "gpu-2026-11-26-nvidia-h200"
 

@@ -29,7 +29,7 @@ import torch
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-pytestmark = pytest.mark.kit
+pytestmark = [pytest.mark.kit, pytest.mark.reads_docs("docs")]
 
 REPO = Path(__file__).resolve().parents[1]
 KIT_TOOLS = REPO / "tools" / "gpu_kit"

@@ -12,7 +12,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from page_blocks import blocks, item_id, language
+
+pytestmark = pytest.mark.reads_docs("docs")
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.reads_docs()
+
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = ("-p", "tests.docblocks.plugin", "--dist", "loadfile", "-n", "1", "-v")
 

@@ -30,6 +30,8 @@ from tests.docblocks.match import matches
 from tests.docblocks.python_blocks import RAY_FORWARDED
 from tests.upstream.backend import NOTEBOOK, REPO, listed_differences
 
+pytestmark = pytest.mark.reads_docs()
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 NOTEBOOKS = sorted(EXAMPLES.glob("*.ipynb"))
 
@@ -81,6 +83,7 @@ SWITCH_TO_VERL = f"""
 import sys
 sys.path.insert(0, {str(REPO)!r})
 from tests.upstream.backend import verl_as_reference_impl
+
 sys.modules["reference_impl"] = verl_as_reference_impl()
 """
 

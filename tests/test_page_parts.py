@@ -7,9 +7,13 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from page_blocks import item_id, parse, script_parts
 from tests.docblocks.page_scripts import script_scope
 from tests.test_docblocks import CONFTEST
+
+pytestmark = pytest.mark.reads_docs("docs/errata.md")
 
 FENCE = "```"
 

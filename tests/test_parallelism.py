@@ -16,6 +16,8 @@ from reference_impl.parallelism import (
     TensorParallelWorker,
 )
 
+pytestmark = pytest.mark.reads_docs()
+
 
 class AllDemos(DataParallelWorker, TensorParallelWorker, PipelineWorker, ReshardWorker):
     """Every demo in one worker class: the two processes start (and import torch) once."""

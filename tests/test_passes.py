@@ -17,7 +17,10 @@ import pytest
 
 from tests.passes import NAMESPACE_SH, namespaces_work
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
+pytestmark = [
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
+    pytest.mark.reads_docs(),
+]
 
 
 def test_a_worker_sees_the_checkout_and_kept_folder_and_keeps_its_tmp_to_itself(tmp_path):

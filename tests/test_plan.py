@@ -31,6 +31,8 @@ from reference_impl.plan.config import (
     validate,
 )
 
+pytestmark = pytest.mark.reads_docs("docs/verl/plan.md")
+
 REPO = Path(__file__).resolve().parents[1]
 RECORD = REPO / "benchmarks" / "results" / "verl-cpu-run" / "grpo.json"
 # Settings of the recorded command that are about the CPU harness (paths, logging, the CPU

@@ -22,6 +22,8 @@ import pytest
 import page_blocks
 from benchmarks.records import RECORDS  # what makes each record
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 

@@ -29,6 +29,8 @@ from reference_impl.rlhf.rollout import generate, response_log_probs, top_p_filt
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 
+pytestmark = pytest.mark.reads_docs()
+
 TOK = CharTokenizer()
 TASK = DigitSumTask(num_digits=2)
 D = {d: TOK.ids[str(d)] for d in range(10)}

@@ -25,6 +25,8 @@ from reference_impl.rlhf.core_algos import (
     place_score,
 )
 
+pytestmark = pytest.mark.reads_docs()
+
 DTYPE = torch.float64
 
 

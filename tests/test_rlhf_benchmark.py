@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.reads_docs("docs/rlhf")
+
 REPO = Path(__file__).resolve().parents[1]
 BENCHMARK = REPO / "benchmarks" / "rlhf_vs_trl.py"
 # The run behind docs/rlhf/img/reward_vs_trl{,.zh}.png (its README says how it was made).

@@ -14,6 +14,8 @@ from reference_impl.rlhf import packing
 from reference_impl.rlhf.model import ModelShape, build_actor, qwen2_config
 from reference_impl.rlhf.rollout import response_log_probs
 
+pytestmark = pytest.mark.reads_docs()
+
 SHAPE = ModelShape(32, 2, 4, 2, 64, max_position_embeddings=64)
 VOCAB, PAD = 50, 0
 P, R = 6, 9  # prompt and response columns

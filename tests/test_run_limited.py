@@ -15,6 +15,8 @@ import pytest
 
 from run_limited import Finished, run_limited
 
+pytestmark = pytest.mark.reads_docs()
+
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
@@ -88,6 +90,7 @@ from sybil import Sybil
 from tests.docblocks.plugin import parse_blocks, pytest_collection_finish, start_page
 from tests.docblocks.plugin import pytest_addoption, pytest_configure
 from tests.docblocks.plugin import stop_what_the_page_started
+
 
 pytest_collect_file = Sybil(
     parsers=[parse_blocks], patterns=["*.md"],

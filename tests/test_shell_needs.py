@@ -12,6 +12,8 @@ import pytest
 from tests.docblocks.shell_blocks import options_of
 from tests.test_docblocks import run_page
 
+pytestmark = pytest.mark.reads_docs("docs/troubleshooting/connect.md")
+
 PAGE = """
 <!-- block: run needs=HOUSE_NEEDS_A,HOUSE_NEEDS_B -->
 ~~~console

@@ -24,6 +24,8 @@ import pytest
 import take_away
 from page_blocks import twin
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 

@@ -28,6 +28,8 @@ from page_blocks import twin
 from tests.docblocks.page_scripts import LAUNCHER, run_in_page_script
 from tests.docblocks.plugin import parse_blocks
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 

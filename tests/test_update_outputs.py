@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import textwrap
 
+import pytest
+
 from tests.docblocks.update_outputs import merged
 from tests.test_docblocks import CONFTEST
+
+pytestmark = pytest.mark.reads_docs()
 
 FENCE = "```"
 PLUGIN = ("-p", "tests.docblocks.plugin", "-p", "no:xdist", "-p", "no:cacheprovider", "-q")

@@ -26,7 +26,7 @@ veRL 0.9.1 itself (``on_verl.py``). ``nox -s upstream`` does this.
 from __future__ import annotations
 
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -107,6 +107,11 @@ def pytest_configure(config):
     update_outputs.ENABLED["value"] = config.getoption(update_outputs.OPTION)
     CONFIG["value"] = config
     BACKEND["value"] = config.getoption("--backend")
+    config.addinivalue_line(
+        "markers",
+        f"{cache.READS_DOCS}(*paths): the files or folders under docs/ that a test module "
+        "reads; its execution-cache key holds these, not all of docs/ (tests/docblocks/cache.py)",
+    )
 
 
 SAVED = pytest.StashKey[tuple]()
@@ -303,6 +308,14 @@ def pytest_collection_finish(session):
         script.stop_after = last
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Tell the cache which test runs, for its watch on what test modules read (cache.py)."""
+    cache.running(item.config, item)
+    yield
+    cache.running(item.config, None)
+
+
 def pytest_runtest_logreport(report):
     if "value" in CONFIG:
         cache.record(CONFIG["value"], report)
@@ -332,6 +345,15 @@ def label(parsed) -> str:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
+    if not isinstance(item, SybilItem):
+        properties = outcome.get_result().user_properties
+        if cache.from_cache(item):
+            properties.append(("cached module", item.stash[cache.STATE]["page"]))
+        module = cache.module_of(item.nodeid)
+        if call.when == "teardown" and module in cache.undeclared(item.config):
+            read = sorted(cache.undeclared(item.config)[module])
+            properties.append(("undeclared docs reads", (module, read)))
+        return
     if isinstance(item, SybilItem):
         parsed = item.example.parsed
         properties = outcome.get_result().user_properties
@@ -397,6 +419,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         for where in updated:
             terminalreporter.write_line(where)
     if not results:
+        cache_line(terminalreporter, config, pages_ran=False)
         return
     where = " on veRL 0.9.1 (--backend=verl)" if BACKEND["value"] == "verl" else ""
     terminalreporter.write_sep("=", f"doc blocks this pass ran{where}")
@@ -415,8 +438,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         )
 
 
-def cache_line(terminalreporter, config) -> None:
-    """One line: how many pages the cache gave this run, or why it was off."""
+def cache_line(terminalreporter, config, pages_ran: bool = True) -> None:
+    """One line: how many pages and test modules the cache gave this run, or why it was off
+    (said only where pages ran); then each test module not cached for what it read."""
     pages = {
         dict(report.user_properties)["cached page"]
         for report in terminalreporter.stats.get("skipped", [])
@@ -424,7 +448,8 @@ def cache_line(terminalreporter, config) -> None:
     }
     off = cache.why_off(config)
     if off is not None:
-        if terminalreporter.stats.get("passed") or terminalreporter.stats.get("failed"):
+        ran = terminalreporter.stats.get("passed") or terminalreporter.stats.get("failed")
+        if pages_ran and ran:
             terminalreporter.write_line(f"execution cache off ({off}): every page ran")
         return
     blocks = sum(
@@ -432,7 +457,25 @@ def cache_line(terminalreporter, config) -> None:
         for report in terminalreporter.stats.get("skipped", [])
         if "cached page" in dict(getattr(report, "user_properties", ()))
     )
-    terminalreporter.write_line(
-        f"execution cache: {len(pages)} pages ({blocks} blocks) taken from the cache, "
-        f"unchanged since they passed; `{cache.OPTION}` runs them"
-    )
+    modules = [
+        dict(report.user_properties)["cached module"]
+        for report in terminalreporter.stats.get("skipped", [])
+        if "cached module" in dict(getattr(report, "user_properties", ()))
+    ]
+    also = f", {len(set(modules))} test modules ({len(modules)} tests)" if modules else ""
+    if pages_ran or modules:
+        terminalreporter.write_line(
+            f"execution cache: {len(pages)} pages ({blocks} blocks){also} taken from the cache, "
+            f"unchanged since they passed; `{cache.OPTION}` runs them"
+        )
+    unnamed: dict[str, set[str]] = defaultdict(set)
+    for reports in terminalreporter.stats.values():
+        for report in reports:
+            found = dict(getattr(report, "user_properties", ())).get("undeclared docs reads")
+            if found:
+                unnamed[found[0]].update(found[1])
+    for module, files in sorted(unnamed.items()):
+        terminalreporter.write_line(
+            f"execution cache: not caching {module}: it read {', '.join(sorted(files))}, "
+            f"which its `{cache.READS_DOCS}` mark does not name"
+        )
