@@ -200,6 +200,20 @@ def test_a_raylet_counts_as_registered_once_the_gcs_has_told_it_of_its_own_node(
     assert not shell_blocks.registered(raylet.pid)  # gone: no
 
 
+def test_a_raylet_that_names_its_log_file_is_read_there(tmp_path):
+    # The second node of a session on one machine writes raylet.1.out, and says so.
+    own_log = tmp_path / "raylet.1.out"
+    own_log.write_text("accessor.cc: ... for node, IsAlive = 1 node_id=def456\n")
+    (tmp_path / "raylet.out").write_text("the head's log, nothing about def456\n")
+    args = [f"--log_dir={tmp_path}", f"--stdout_filepath={own_log}", "--node_id=def456"]
+    raylet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    try:
+        assert shell_blocks.registered(raylet.pid)
+    finally:
+        raylet.kill()
+        raylet.wait()
+
+
 def test_a_failure_shows_the_logs_that_background_commands_wrote(pytester):
     page = (
         "~~~console\n"

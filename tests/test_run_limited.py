@@ -88,7 +88,7 @@ def test_output_to_a_log_file(tmp_path):
 CONFTEST = """
 from sybil import Sybil
 from tests.docblocks.plugin import parse_blocks, pytest_collection_finish, start_page
-from tests.docblocks.plugin import pytest_addoption, pytest_configure
+from tests.docblocks.plugin import pytest_addoption, pytest_configure, pytest_unconfigure
 from tests.docblocks.plugin import stop_what_the_page_started
 
 

@@ -318,8 +318,7 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_runtest_logreport(report):
     if "value" in CONFIG:
-        cache.record(CONFIG["value"], report)
-        longest_first.record(CONFIG["value"], report)
+        longest_first.record(CONFIG["value"], report)  # the xdist controller's reports
 
 
 def label(parsed) -> str:
@@ -345,6 +344,9 @@ def label(parsed) -> str:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
+    # The item's own config, not CONFIG: a pytester run inside a test may leave CONFIG set to
+    # its own session's, and this session's results would then be lost to the cache.
+    cache.record(item.config, outcome.get_result())
     if not isinstance(item, SybilItem):
         properties = outcome.get_result().user_properties
         if cache.from_cache(item):

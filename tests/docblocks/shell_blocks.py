@@ -101,12 +101,15 @@ def registered(raylet: int) -> bool:
     """Whether the GCS has told this raylet that its own node is alive, so the node's start
     is over.
 
-    The raylet logs each node it hears of: ``... IsAlive = 1 node_id=<id>`` in raylet.out,
-    and its own id is its ``--node_id`` argument (Ray 2.60). Unreadable means no.
+    A raylet logs each node it hears of, ``... IsAlive = 1 node_id=<id>``, in its own log:
+    its ``--stdout_filepath`` argument (``raylet.out`` for a session's first node on this
+    machine, ``raylet.1.out`` for the next one sharing its log folder), else ``raylet.out``
+    in its ``--log_dir``. Its own id is its ``--node_id`` argument (Ray 2.60). Unreadable
+    means no.
     """
     try:
         args = dict(a[2:].split("=", 1) for a in psutil.Process(raylet).cmdline() if "=" in a)
-        log = Path(args["log_dir"]) / "raylet.out"
+        log = Path(args.get("stdout_filepath") or Path(args["log_dir"]) / "raylet.out")
         return f"IsAlive = 1 node_id={args['node_id']}" in log.read_text(errors="replace")
     except (psutil.NoSuchProcess, KeyError, OSError):
         return False

@@ -11,6 +11,8 @@ import pytest
 
 from tests.upstream.citations import REPO, cited_sources, scan, scan_text
 
+pytestmark = pytest.mark.reads_docs("docs")
+
 
 @pytest.mark.parametrize("source", cited_sources(), ids=lambda p: str(p.relative_to(REPO)))
 def test_every_citation_resolves(source):

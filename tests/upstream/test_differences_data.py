@@ -11,6 +11,9 @@ import pickle
 
 import pytest
 
+pytestmark = pytest.mark.reads_docs("docs/verl/differences.md", "docs/verl/differences.zh.md")
+
+
 torch = pytest.importorskip("torch")
 protocol = pytest.importorskip("verl.protocol")
 

@@ -30,6 +30,8 @@ from verl.single_controller.ray.base import RayClassWithInitArgs, RayResourcePoo
 
 from tests.upstream.backend import DIFFERENCES_PAGE, REPO, VERL_NAMES, listed_differences
 
+pytestmark = pytest.mark.reads_docs("docs/verl/differences.md", "docs/verl/differences.zh.md")
+
 
 def test_every_row_is_pinned_by_a_test_that_exists():
     defined = set()

@@ -33,6 +33,9 @@ from verl.single_controller.ray.base import (
 
 from tests.upstream.backend import Hung, time_limit
 
+pytestmark = pytest.mark.reads_docs("docs/verl/differences.md", "docs/verl/differences.zh.md")
+
+
 VERL = Path(importlib.util.find_spec("verl").origin).parent  # the installed veRL 0.9.1
 WAIT_S = 3  # long enough for Ray to grant a reservation that fits
 

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.reads_docs()
+
+
 REPO = Path(__file__).resolve().parents[2]
 
 SLEEPER = """
