@@ -229,19 +229,26 @@ def collect(session) -> None:
             from tests.docblocks.python_blocks import cuda_available
 
             cuda = cuda_available()
-        key = unit_key(unit, page, code, options, cuda)
-        stored = config.cache.get(entry(unit), None)
-        if stored and stored.get("key") == key:
-            for item in items:
-                item.add_marker(pytest.mark.skip(reason=REASON))
-                item.stash[STATE] = {"page": unit, "passed": stored.get("passed")}
-            continue
-        state["keys"][unit] = key
-        state["items"][unit] = {item.nodeid for item in items}
+        take_or_track(config, state, unit, items, unit_key(unit, page, code, options, cuda), REASON)
+
+
+def take_or_track(config, state: dict, unit: str, items: list, key: str, reason: str) -> bool:
+    """Skip ``unit``'s items if ``key`` is stored (True); else note the key, to store it if
+    they all pass (False)."""
+    stored = config.cache.get(entry(unit), None)
+    if stored and stored.get("key") == key:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason=reason))
+            item.stash[STATE] = {"page": unit, "passed": stored.get("passed")}
+        return True
+    state["keys"][unit] = key
+    state["items"][unit] = {item.nodeid for item in items}
+    return False
 
 
 def collect_modules(config, state: dict, modules: dict[str, list]) -> None:
-    """Key each whole test module; skip those whose key is stored; watch the others' reads."""
+    """Key each test module's selected tests; skip those whose key is stored; watch the
+    others' reads."""
     root = config.rootpath
     files = checkout_files(root)
     if files is None:
@@ -259,14 +266,8 @@ def collect_modules(config, state: dict, modules: dict[str, list]) -> None:
         # of the key: another selection runs again.
         selected = " ".join(sorted(item.nodeid for item in items))
         key = module_key(module, outside, inside[paths], f"{options} {selected}")
-        stored = config.cache.get(entry(module), None)
-        if stored and stored.get("key") == key:
-            for item in items:
-                item.add_marker(pytest.mark.skip(reason=MODULE_REASON))
-                item.stash[STATE] = {"page": module, "passed": stored.get("passed")}
+        if take_or_track(config, state, module, items, key, MODULE_REASON):
             continue
-        state["keys"][module] = key
-        state["items"][module] = {item.nodeid for item in items}
         state["modules"].add(module)
         if reads is not None:
             watched[module] = reads
