@@ -215,3 +215,36 @@ def test_a_missing_rollout_name_is_named_before_ray_starts():
     with pytest.raises(PlanInputError, match=r"add actor_rollout_ref.rollout.name=vllm"):
         check_mandatory(compose([]))
     check_mandatory(compose(["actor_rollout_ref.rollout.name=vllm"]))
+
+
+def test_stdout_carries_the_plan_alone(capsys, monkeypatch):
+    # What veRL and Ray print while a plan is made goes to stderr, so that
+    # `python -m reference_impl.plan ... 2>/dev/null` prints the plan alone (docs/verl/plan.md).
+    from reference_impl.plan import simulate
+    from reference_impl.plan.__main__ import main
+
+    refused = [
+        "--cluster",
+        "1x2x24",
+        "trainer.n_gpus_per_node=2",
+        "data.train_batch_size=3",
+        "actor_rollout_ref.rollout.n=1",
+    ]
+    assert main(refused) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "plan: veRL's start-up checks (validate_config) refuse this config" in err
+
+    def cluster_does_not_start(*args, **kwargs):
+        print("(raylet) WARNING: what the driver relays while the cluster runs")
+        raise RuntimeError("the simulated cluster did not start")
+
+    # A config veRL's checks pass (they print a line to stdout); Ray is not started here.
+    monkeypatch.setattr(simulate, "simulate", cluster_does_not_start)
+    assert (
+        main(["--cluster", "2x4x48", "trainer.nnodes=2", "trainer.n_gpus_per_node=4", *SMALL]) == 3
+    )
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "[validate_config] All configuration checks passed" in err
+    assert "(raylet) WARNING" in err and "plan: the simulated cluster did not start" in err

@@ -8,6 +8,7 @@ message says what to change); 3 when the simulated cluster did not start.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 
@@ -83,7 +84,8 @@ def render(plan: dict) -> str:
         for b in pg["bundles"]:
             per_node.setdefault(b["node"] or "unplaced", []).append(b)
         where = ", ".join(f"{len(bs)} on {node}" for node, bs in per_node.items())
-        unit = pg["bundles"][0]["resources"] if pg["bundles"] else {}
+        # sorted: Ray's placement group table gives a bundle's resources in no fixed order
+        unit = dict(sorted(pg["bundles"][0]["resources"].items())) if pg["bundles"] else {}
         out.append(
             f"  {pg['name']:<34} {pg['strategy']:<11} {pg['state']:<8} {len(pg['bundles'])} x "
             f"{unit}: {where}"
@@ -140,27 +142,33 @@ def render(plan: dict) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    try:
-        if args.from_ray:
-            nodes = cluster_mod.from_ray(args.from_ray)
-        else:
-            nodes = cluster_mod.parse(args.cluster)
-        config = compose(args.overrides)
-        check_one_pool_fits(config, nodes)
-        check_rollout_split(config)
-        validate(config)
-        check_mandatory(config)
-    except PlanInputError as error:
-        print(f"plan: {error}", file=sys.stderr)
-        return 2
-    from reference_impl.plan.report import build
-    from reference_impl.plan.simulate import simulate
+    # stdout carries the plan alone. What veRL and Ray print while it is made (veRL's
+    # "[validate_config] ..." line, the raylets' warnings that the driver relays) goes to
+    # stderr, with the planner's own messages.
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            if args.from_ray:
+                nodes = cluster_mod.from_ray(args.from_ray)
+            else:
+                nodes = cluster_mod.parse(args.cluster)
+            config = compose(args.overrides)
+            check_one_pool_fits(config, nodes)
+            check_rollout_split(config)
+            validate(config)
+            check_mandatory(config)
+        except PlanInputError as error:
+            print(f"plan: {error}")
+            return 2
+        from reference_impl.plan.report import build
+        from reference_impl.plan.simulate import simulate
 
-    try:
-        raw = simulate(config, nodes, limit_s=args.limit, stall_s=args.stall, settle_s=args.settle)
-    except RuntimeError as error:
-        print(f"plan: {error}", file=sys.stderr)
-        return 3
+        try:
+            raw = simulate(
+                config, nodes, limit_s=args.limit, stall_s=args.stall, settle_s=args.settle
+            )
+        except RuntimeError as error:
+            print(f"plan: {error}")
+            return 3
     plan = build(raw, config, nodes)
     print(render(plan))
     if args.json:
