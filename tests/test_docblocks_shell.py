@@ -11,6 +11,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 
 import psutil
 import pytest
@@ -179,12 +180,24 @@ def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_p
         assert lock_is_free(lock) and prefix == []
 
 
+def stand_in_raylet(args: list[str]) -> subprocess.Popen:
+    """A process whose arguments name a log and a node id, as a raylet's do.
+
+    Returned once its arguments can be read: right after ``Popen`` returns, a busy machine
+    can still show an empty ``/proc/<pid>/cmdline`` (the child is in the middle of exec).
+    """
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    deadline = time.monotonic() + 30
+    while psutil.Process(process.pid).cmdline()[-len(args) :] != args:
+        assert time.monotonic() < deadline, "the stand-in raylet's arguments never showed"
+        time.sleep(0.01)
+    return process
+
+
 def test_a_raylet_counts_as_registered_once_the_gcs_has_told_it_of_its_own_node(tmp_path):
-    # A stand-in raylet: its arguments name the log and its node id, as a raylet's do.
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    args = [f"--log_dir={log_dir}", "--node_id=abc123"]
-    raylet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    raylet = stand_in_raylet([f"--log_dir={log_dir}", "--node_id=abc123"])
     try:
         (log_dir / "raylet.out").write_text("main.cc: Setting node ID node_id=abc123\n")
         assert not shell_blocks.registered(raylet.pid)
@@ -205,8 +218,9 @@ def test_a_raylet_that_names_its_log_file_is_read_there(tmp_path):
     own_log = tmp_path / "raylet.1.out"
     own_log.write_text("accessor.cc: ... for node, IsAlive = 1 node_id=def456\n")
     (tmp_path / "raylet.out").write_text("the head's log, nothing about def456\n")
-    args = [f"--log_dir={tmp_path}", f"--stdout_filepath={own_log}", "--node_id=def456"]
-    raylet = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
+    raylet = stand_in_raylet(
+        [f"--log_dir={tmp_path}", f"--stdout_filepath={own_log}", "--node_id=def456"]
+    )
     try:
         assert shell_blocks.registered(raylet.pid)
     finally:
