@@ -223,6 +223,19 @@ def test_union_equal_nan_and_object_values_do_not_conflict():
     assert len(build().union(build())) == 2
 
 
+def test_union_compares_nested_arrays_element_by_element():
+    # Ragged rows (an object array of arrays, one per row of its own length): numpy's
+    # array_equal cannot compare them (the truth value of an array is ambiguous).
+    def ragged(last: int) -> DataProto:
+        rows = np.empty(2, dtype=object)
+        rows[0], rows[1] = np.array([1, 2]), np.array([last])
+        return DataProto(non_tensor_batch={"rows": rows})
+
+    assert len(ragged(3).union(ragged(3))) == 2
+    with pytest.raises(ValueError, match=r"union conflict: non_tensor_batch\['rows'\] differs"):
+        ragged(3).union(ragged(4))
+
+
 def test_union_conflicts():
     data = make(3)
     tensor_clash = DataProto.from_dict({"score": torch.zeros(3)})
@@ -238,6 +251,10 @@ def test_union_conflicts():
     with pytest.raises(ValueError, match=r"union conflict: meta_info\['temperature'\] differs"):
         data.union(meta_clash)
     assert "new" not in data.meta_info  # nothing merged on failure
+    shorter = DataProto(meta_info={"ids": np.array(["a", "b"], dtype=object)})
+    longer = DataProto(meta_info={"ids": np.array(["a", "b", "c"], dtype=object)})
+    with pytest.raises(ValueError, match=r"union conflict: meta_info\['ids'\] differs"):
+        shorter.union(longer)
     with pytest.raises(ValueError, match="cannot union batches of size 3 and 2"):
         data.union(make(2))
 
