@@ -211,6 +211,12 @@ def test_max_colocate_count_must_be_an_int_and_is_named(bad):
         RayResourcePool([1], use_gpu=False, max_colocate_count=bad)
 
 
+@pytest.mark.parametrize("bad", [0, -1])
+def test_max_colocate_count_below_one_is_refused(bad):
+    with pytest.raises(ValueError, match=rf"max_colocate_count must be >= 1, got {bad}"):
+        RayResourcePool([1], use_gpu=False, max_colocate_count=bad)
+
+
 # --- worker groups ----------------------------------------------------------------------------
 
 

@@ -288,6 +288,10 @@ def test_console_parsing_and_cleaning():
     assert commands[0].expected == "Ray runtime started."
     with pytest.raises(ValueError, match="no `\\$ command` above it"):
         parse_console("output first\n$ true\n")
+    with pytest.raises(ValueError, match="line 2 of a console block is output"):  # 1-based
+        parse_console("\noutput after a blank line\n$ true\n")
+    # blank lines between commands are skipped, not the end of the block
+    assert [c.text for c in parse_console("\n$ true\n\n$ false\n")] == ["true", "false"]
     raw = (
         "2026-11-21 09:35:16,478\tSUCC scripts.py:1085 -- \x1b[32mRay runtime started.\x1b[39m  \n"
     )

@@ -39,14 +39,14 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = {
     "reference_impl/decorator.py": "tests/test_single_controller.py",
     "reference_impl/worker_group.py": "tests/test_single_controller.py",
-    "reference_impl/resource_pool.py": "tests/test_single_controller.py",
+    "reference_impl/resource_pool.py": "tests/test_single_controller.py tests/test_bad_input.py",
     # its tests without the four that start Ray (they check ray.put/get, not DataProto)
     "reference_impl/data_proto.py": "tests/test_data_proto.py -k 'not ray_put and not future_'",
     # with the tests of a page in several scripts (only_blocks, script_scope) and of a run
     # cut after its last selected block (cut_after)
     "tests/docblocks/page_scripts.py": "tests/test_docblocks.py tests/test_page_parts.py "
     "tests/test_run_limited.py::test_a_page_runs_only_up_to_its_last_selected_block",
-    "tests/docblocks/shell_blocks.py": "tests/test_docblocks_shell.py",
+    "tests/docblocks/shell_blocks.py": "tests/test_docblocks_shell.py tests/test_shell_needs.py",
 }
 # Changes whose mutants are mostly equivalent (a docstring's or a log line's number, a
 # string that only names something): not run.
