@@ -2,7 +2,8 @@
 
 Exit status: 0 when every actor is placed and ``TaskRunnerV1.run`` got to training; 1 when veRL
 raised, something waits, or the limit passed; 2 for input this planner cannot plan from (the
-message says what to change); 3 when the simulated cluster did not start.
+message says what to change); 3 when the simulated cluster did not start. stdout carries the
+plan alone; what veRL, Ray and the planner print on the way goes to stderr.
 """
 
 from __future__ import annotations
