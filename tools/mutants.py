@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODULES = {
     "reference_impl/decorator.py": "tests/test_single_controller.py",
     "reference_impl/worker_group.py": "tests/test_single_controller.py",
-    "reference_impl/resource_pool.py": "tests/test_single_controller.py tests/test_bad_input.py",
+    "reference_impl/resource_pool.py": "tests/test_single_controller.py",
     # its tests without the four that start Ray (they check ray.put/get, not DataProto)
     "reference_impl/data_proto.py": "tests/test_data_proto.py -k 'not ray_put and not future_'",
     # with the tests of a page in several scripts (only_blocks, script_scope) and of a run
