@@ -1,7 +1,7 @@
 """A broken link or anchor fails the site build (``mkdocs build --strict``, the real
 ``mkdocs.yml`` and hook).
 
-A module of its own because it needs a whole build of its own (about 40 s on one core):
+A module of its own because it needs a whole build of its own (about a minute on 2 cores):
 xdist hands out a module at a time, so this build runs beside test_site_build.py's healthy
 one instead of after it, and a rerun after a one-page edit waits for neither in turn.
 """
