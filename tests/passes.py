@@ -21,6 +21,9 @@ session, a page whole on one worker (``--dist loadfile``). A shell page mostly w
 3 workers share 2 cores (the cost, measured: CONTRIBUTING.md, "What the suite costs"). The
 moment it does not wait is when it starts a Ray node, so commands that run ``ray start`` take
 turns across workers (a lock file, ``SUITE_NODE_START_LOCK``; tests/docblocks/shell_blocks.py).
+Items that run veRL's trainer on a simulated cluster (marker ``heavy``) take turns too: two
+of them at once left a shell page too little CPU to start its node (``SUITE_HEAVY_LOCK``;
+tests/docblocks/heavy.py).
 
 Where namespaces cannot be made (not Linux, or no privilege), the suite runs as before:
 the parallel pass (``pytest``: the defaults in pyproject.toml deselect ``shell`` and
@@ -98,6 +101,8 @@ def namespaced_run(workers: int, work: Path) -> tuple[list[str], dict[str, str]]
         "NAMESPACE_KEEP": ":".join(keep),
         # Shell pages start their Ray nodes one at a time (tests/docblocks/shell_blocks.py).
         "SUITE_NODE_START_LOCK": str(kept / "node-start.lock"),
+        # Items that run veRL on a simulated cluster run one at a time (tests/docblocks/heavy.py).
+        "SUITE_HEAVY_LOCK": str(kept / "heavy.lock"),
     }
     return command, env
 

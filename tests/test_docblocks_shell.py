@@ -60,7 +60,9 @@ def test_wrong_output_fails_and_shows_both(pytester):
 def test_failing_command_fails_the_block_with_its_exit_code(pytester):
     result = run_page(pytester, "~~~console\n$ ls /no/such/dir\n~~~\n")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines(["*`ls /no/such/dir` exited with code 2*"])
+    result.stdout.fnmatch_lines(
+        ["*`ls /no/such/dir` exited with code 2*", "*(load average * over 1, 5, 15 min on *"]
+    )
 
 
 def test_a_bash_block_fails_at_a_failing_command_that_is_not_its_last(pytester):

@@ -90,6 +90,7 @@ def recorded_shape() -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
+@pytest.mark.heavy  # veRL on that cluster: one at a time across workers (heavy.py)
 @pytest.mark.timeout(900)
 def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_path):
     record = json.loads(RECORD.read_text())
@@ -122,6 +123,7 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
 
 
 @pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
+@pytest.mark.heavy  # veRL on that cluster: one at a time across workers (heavy.py)
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
     code, got, text = plan(
@@ -134,6 +136,7 @@ def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
 
 
 @pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
+@pytest.mark.heavy  # veRL on that cluster: one at a time across workers (heavy.py)
 @pytest.mark.timeout(900)
 def test_a_head_without_cpus_stops_verl_with_unschedulable_storage_units(tmp_path):
     code, got, text = plan(

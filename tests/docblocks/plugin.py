@@ -37,7 +37,7 @@ from sybil.integration.pytest import SybilItem
 import page_blocks
 import take_away
 from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
-from tests.docblocks import cache, longest_first, update_outputs
+from tests.docblocks import cache, heavy, longest_first, update_outputs
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
 from tests.docblocks.page_scripts import (
     SCRIPT_LIMIT_S,
@@ -246,6 +246,9 @@ pytest_collect_file = DOC_SYBIL.pytest()
 # Pages that need the machine to themselves: data_plane moves 512 MiB through the object
 # store and TransferQueue (about 4 GB resident at its peak). Marker `alone`: serial pass.
 ALONE_PAGES = (DOCS / "verl" / "transferqueue.md",)
+# Pages that run veRL's trainer on a simulated cluster (minutes of every core): marker
+# `heavy`, so that they take turns with tests/test_plan.py's plans (heavy.py).
+HEAVY_PAGES = (DOCS / "verl" / "plan.md",)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -265,6 +268,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.shell)
         elif page in ALONE_PAGES:
             item.add_marker(pytest.mark.alone)
+        if page in HEAVY_PAGES:
+            item.add_marker(pytest.mark.heavy)
         if isinstance(item.example.parsed, ScriptBlock):
             # Any of these items may be the one that runs the page's whole script
             # (page_scripts.py), which has its own limit.
@@ -308,12 +313,14 @@ def pytest_collection_finish(session):
         script.stop_after = last
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Tell the cache which test runs, for its watch on what test modules read (cache.py)."""
-    cache.running(item.config, item)
-    yield
-    cache.running(item.config, None)
+    """Wait for a heavy item's turn (heavy.py), before pytest-timeout's clock starts; tell
+    the cache which test runs, for its watch on what test modules read (cache.py)."""
+    with heavy.turn(item):
+        cache.running(item.config, item)
+        yield
+        cache.running(item.config, None)
 
 
 def pytest_runtest_logreport(report):

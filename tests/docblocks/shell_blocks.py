@@ -356,6 +356,17 @@ class Sandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def how_busy() -> str:
+    """One line for a failure message: how loaded the machine was when the command failed
+    (a node that fails to start on a loaded machine says why only in its own logs)."""
+    one, five, fifteen = os.getloadavg()
+    nice = NODE_START_NICE if os.geteuid() == 0 else 0  # as node_start_turn decides
+    return (
+        f"(load average {one:.1f}, {five:.1f}, {fifteen:.1f} over 1, 5, 15 min "
+        f"on {os.cpu_count()} CPUs; node starts at nice {nice})"
+    )
+
+
 def sandbox_of(namespace: dict) -> Sandbox:
     if "__shell_sandbox__" not in namespace:
         namespace["__shell_sandbox__"] = Sandbox.create()
@@ -385,7 +396,7 @@ def run_console(example) -> str | None:
             )
         else:
             continue
-        return "\n".join(filter(None, [failure, sandbox.log_tails()]))
+        return "\n".join(filter(None, [failure, sandbox.log_tails(), how_busy()]))
     return None
 
 
@@ -398,7 +409,7 @@ def run_bash(example) -> str | None:
     sys.stdout.write(clean(output) + "\n")
     if code != 0:
         failure = f"the script exited with code {code}:\n{clean(output)[-3000:]}"
-        return "\n".join(filter(None, [failure, sandbox.log_tails()]))
+        return "\n".join(filter(None, [failure, sandbox.log_tails(), how_busy()]))
     block.printed = clean(output)
     return None
 
