@@ -401,3 +401,18 @@ def test_chinese_pages_run_only_when_asked(pytester, monkeypatch):
     # What `--doc-languages=all` sets (the in-process run below has no plugin options).
     monkeypatch.setitem(EXECUTE_LANGUAGES, "value", "all")
     pytester.runpytest_inprocess(*options).assert_outcomes(passed=4)
+
+
+def test_what_ray_forwards_and_the_autoscalers_lines_are_not_what_a_block_printed():
+    marker = page_scripts.take_away.MARKER_LINE.format
+    stdout = "".join(
+        [
+            f"{marker(1)}\n",
+            "(pid=12) a task's print, forwarded\n",
+            "\x1b[36m(MyActor pid=34)\x1b[0m an actor's print, forwarded\n",
+            "\x1b[33m(autoscaler +3s)\x1b[0m Tip: use `ray status` to view detailed status.\n",
+            "the block's own line\n",
+            f"{marker('end')}\n",
+        ]
+    )
+    assert page_scripts.cut_at_markers(stdout) == ({1: "the block's own line\n"}, 1)

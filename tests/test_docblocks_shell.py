@@ -264,6 +264,20 @@ def test_retry_reruns_until_the_output_matches(pytester):
     result.assert_outcomes(passed=1)
 
 
+def test_retry_reruns_a_command_that_fails_until_it_succeeds(pytester):
+    # No output to compare: only the exit code decides, and a failure is retried too.
+    result = run_page(
+        pytester,
+        """
+        <!-- block: run retry=10 -->
+        ~~~console
+        $ n=$(( $(cat count 2>/dev/null || echo 0) + 1 )); echo $n > count; [ $n -ge 3 ]
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=1)
+
+
 def test_detached_processes_are_killed_when_the_page_ends(pytester, tmp_path):
     pidfile = tmp_path / "pid"
     result = run_page(
