@@ -2,8 +2,8 @@
 
 The layout planner (``python -m reference_impl.plan``, ``docs/verl/plan.md``) puts veRL's
 real trainer on a simulated multi-node Ray cluster: two or three nodes, TransferQueue's
-storage units (each imports ``transfer_queue``: 6-7 CPU-s) and up to 51 actors, each a
-new worker process. ``docs/verl/plan.md`` and ``tests/test_plan.py`` run it. On a 2-core
+storage units (each imports ``transfer_queue``: 6-7 CPU-s) and dozens of actors (51 for
+a 2 x 8 plan), each a new worker process. ``docs/verl/plan.md`` and ``tests/test_plan.py`` run it. On a 2-core
 machine two of these at once leave a shell page on a third worker too little CPU to start
 a Ray node: ``ray start`` gives a node 30 s to register with the GCS (``Node.__init__`` in
 ray/_private/node.py, Ray 2.60), and a page's first ``ray start --head`` exited 1 (CI, 29
