@@ -61,7 +61,10 @@ def test_failing_command_fails_the_block_with_its_exit_code(pytester):
     result = run_page(pytester, "~~~console\n$ ls /no/such/dir\n~~~\n")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*`ls /no/such/dir` exited with code 2*", "*(load average * over 1, 5, 15 min on *"]
+        [
+            "*`ls /no/such/dir` exited with code 2*",
+            "*(load average * on * CPUs; waited for *: cpu *",
+        ]
     )
 
 

@@ -82,7 +82,7 @@ STARTS_A_NODE = re.compile(r"\bray start\b")
 # started), plus the CLI's import and version check before them (13 s measured beside 8 busy
 # loops on 2 cores).
 BACKGROUND_NODE_BOOT_S = 60.0
-NODE_START_NICE = -5  # about 3 times a default process's share of a contended core
+NODE_START_NICE = -10  # about 9 times a default process's share of a contended core
 
 
 def raylets_here() -> set[int]:
@@ -356,14 +356,27 @@ class Sandbox:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def pressure(resource: str) -> str:
+    """The share of the last 10 s in which some task waited for ``resource`` (Linux's
+    pressure stall information, ``/proc/pressure/<resource>``), or ``?`` where there is none."""
+    try:
+        some = Path(f"/proc/pressure/{resource}").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return "?"
+    return dict(field.split("=") for field in some.split()[1:]).get("avg10", "?") + " %"
+
+
 def how_busy() -> str:
     """One line for a failure message: how loaded the machine was when the command failed
-    (a node that fails to start on a loaded machine says why only in its own logs)."""
+    (a node that fails to start on a loaded machine says why only in its own logs). The
+    waits for CPU, memory and I/O tell a starved start from a stalled one."""
     one, five, fifteen = os.getloadavg()
     nice = NODE_START_NICE if os.geteuid() == 0 else 0  # as node_start_turn decides
+    waits = ", ".join(f"{r} {pressure(r)}" for r in ("cpu", "memory", "io"))
     return (
         f"(load average {one:.1f}, {five:.1f}, {fifteen:.1f} over 1, 5, 15 min "
-        f"on {os.cpu_count()} CPUs; node starts at nice {nice})"
+        f"on {os.cpu_count()} CPUs; waited for over the last 10 s: {waits}; "
+        f"node starts at nice {nice})"
     )
 
 
