@@ -180,7 +180,18 @@ def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_p
         assert not lock_is_free(lock)  # another worker's `ray start` waits
         if os.geteuid() == 0:  # and this one goes first
             assert prefix == ["nice", "-n", str(shell_blocks.NODE_START_NICE)]
-    assert lock_is_free(lock)
+        # a daemon the start leaves behind, at the raised priority (once it prints, `nice`
+        # has set it and become it)
+        sleeper = "import time; print('up', flush=True); time.sleep(60)"
+        daemon = subprocess.Popen([*prefix, sys.executable, "-c", sleeper], stdout=subprocess.PIPE)
+        assert daemon.stdout.readline() == b"up\n"
+    try:
+        assert lock_is_free(lock)
+        # once the node is up, what it runs competes at the default priority again
+        assert psutil.Process(daemon.pid).nice() == os.nice(0)
+    finally:
+        daemon.kill()
+        daemon.wait()
     with node_start_turn("ray status") as prefix:  # starts no node: holds nothing
         assert lock_is_free(lock) and prefix == []
 

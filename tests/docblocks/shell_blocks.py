@@ -141,7 +141,28 @@ def node_start_turn(command: str):
                         break
                     time.sleep(0.5)
         finally:
+            if prefix:
+                back_to_default_priority()
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def back_to_default_priority() -> None:
+    """Once a node has started, give its daemons (and this worker's other descendants that
+    ``nice`` raised) the default priority again.
+
+    Every process a node starts later inherits the daemon's priority: the raylet's worker
+    processes, for one, import Ray at it before Ray lowers them (``RAY_worker_niceness``).
+    Left raised, each page's whole cluster, veRL's runs included, competed with the next
+    node's start at the raised priority, and starts at ``nice -10`` still timed out at load
+    16 (a fresh-clone run, 29 November 2026: ``docs/cluster/cloud.md``, CPU pressure 75 %,
+    no memory or I/O pressure).
+    """
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.nice() < 0:
+                process.nice(0)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
 
 
 @dataclass
