@@ -12,29 +12,19 @@ pytestmark = pytest.mark.reads_docs()
 
 HELD_S = 8  # how long "another worker" keeps the turn: longer than the item's own limit
 ITEMS = """
-import fcntl
-
 import pytest
 
-
-def lock_is_free():
-    with open({lock!r}, "a") as other:
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(other, fcntl.LOCK_UN)
-        return True
+from tests.test_docblocks_shell import lock_is_free
 
 
 @pytest.mark.heavy
 @pytest.mark.timeout(5)
 def test_heavy():
-    assert not lock_is_free()  # this item holds the turn
+    assert not lock_is_free({lock!r})  # this item holds the turn
 
 
 def test_light():
-    assert lock_is_free()  # an item that is not heavy holds nothing
+    assert lock_is_free({lock!r})  # an item that is not heavy holds nothing
 """
 
 
