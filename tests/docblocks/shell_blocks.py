@@ -148,7 +148,7 @@ def node_start_turn(command: str):
 
 def back_to_default_priority() -> None:
     """Once a node has started, give its daemons (and this worker's other descendants that
-    ``nice`` raised) the default priority again.
+    ``nice`` raised) this worker's own priority again.
 
     Every process a node starts later inherits the daemon's priority: the raylet's worker
     processes, for one, import Ray at it before Ray lowers them (``RAY_worker_niceness``).
@@ -157,10 +157,11 @@ def back_to_default_priority() -> None:
     16 (a fresh-clone run, 29 November 2026: ``docs/cluster/cloud.md``, CPU pressure 75 %,
     no memory or I/O pressure).
     """
+    own = os.nice(0)  # this worker's priority: the default for what it runs
     for process in psutil.Process().children(recursive=True):
         try:
-            if process.nice() < 0:
-                process.nice(0)
+            if process.nice() < own:
+                process.nice(own)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
 
