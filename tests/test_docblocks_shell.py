@@ -7,18 +7,11 @@ in-process with the harness's own parser, setup and teardown.
 
 from __future__ import annotations
 
-import fcntl
-import os
-import subprocess
-import sys
-import time
-
 import psutil
 import pytest
 
-from tests.docblocks import shell_blocks
 from tests.docblocks.match import clean
-from tests.docblocks.shell_blocks import node_start_turn, options_of, parse_console
+from tests.docblocks.shell_blocks import options_of, parse_console
 from tests.test_docblocks import run_page
 
 pytestmark = pytest.mark.reads_docs()
@@ -159,89 +152,6 @@ def test_sandbox_does_not_inherit_what_ray_init_set_in_the_worker(pytester, monk
         """,
     )
     result.assert_outcomes(passed=1)
-
-
-def lock_is_free(path) -> bool:
-    """Could another worker take the node-start lock now? (flock conflicts between two
-    open files even within one process.)"""
-    with open(path, "a") as other:
-        try:
-            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(other, fcntl.LOCK_UN)
-        return True
-
-
-def test_commands_that_start_a_node_take_turns_across_workers(monkeypatch, tmp_path):
-    lock = tmp_path / "node-start.lock"
-    monkeypatch.setattr(shell_blocks, "NODE_START_LOCK", str(lock))
-    with node_start_turn("ray start --head --port=6379") as prefix:
-        assert not lock_is_free(lock)  # another worker's `ray start` waits
-        if os.geteuid() == 0:  # and this one goes first
-            assert prefix == ["nice", "-n", str(shell_blocks.NODE_START_NICE)]
-        # a daemon the start leaves behind, at the raised priority (once it prints, `nice`
-        # has set it and become it)
-        sleeper = "import time; print('up', flush=True); time.sleep(60)"
-        daemon = subprocess.Popen([*prefix, sys.executable, "-c", sleeper], stdout=subprocess.PIPE)
-        assert daemon.stdout.readline() == b"up\n"
-    try:
-        assert lock_is_free(lock)
-        # once the node is up, what it runs competes at the default priority again
-        assert psutil.Process(daemon.pid).nice() == os.nice(0)
-    finally:
-        daemon.kill()
-        daemon.wait()
-    with node_start_turn("ray status") as prefix:  # starts no node: holds nothing
-        assert lock_is_free(lock) and prefix == []
-
-
-def stand_in_raylet(args: list[str]) -> subprocess.Popen:
-    """A process whose arguments name a log and a node id, as a raylet's do.
-
-    Returned once its arguments can be read: right after ``Popen`` returns, a busy machine
-    can still show an empty ``/proc/<pid>/cmdline`` (the child is in the middle of exec).
-    """
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *args])
-    deadline = time.monotonic() + 30
-    while psutil.Process(process.pid).cmdline()[-len(args) :] != args:
-        assert time.monotonic() < deadline, "the stand-in raylet's arguments never showed"
-        time.sleep(0.01)
-    return process
-
-
-def test_a_raylet_counts_as_registered_once_the_gcs_has_told_it_of_its_own_node(tmp_path):
-    log_dir = tmp_path / "logs"
-    log_dir.mkdir()
-    raylet = stand_in_raylet([f"--log_dir={log_dir}", "--node_id=abc123"])
-    try:
-        (log_dir / "raylet.out").write_text("main.cc: Setting node ID node_id=abc123\n")
-        assert not shell_blocks.registered(raylet.pid)
-        with (log_dir / "raylet.out").open("a") as out:  # the GCS has told it of another node
-            out.write("accessor.cc: ... for node, IsAlive = 1 node_id=fff999\n")
-        assert not shell_blocks.registered(raylet.pid)
-        with (log_dir / "raylet.out").open("a") as out:  # ... and of its own
-            out.write("accessor.cc: ... for node, IsAlive = 1 node_id=abc123\n")
-        assert shell_blocks.registered(raylet.pid)
-    finally:
-        raylet.kill()
-        raylet.wait()
-    assert not shell_blocks.registered(raylet.pid)  # gone: no
-
-
-def test_a_raylet_that_names_its_log_file_is_read_there(tmp_path):
-    # The second node of a session on one machine writes raylet.1.out, and says so.
-    own_log = tmp_path / "raylet.1.out"
-    own_log.write_text("accessor.cc: ... for node, IsAlive = 1 node_id=def456\n")
-    (tmp_path / "raylet.out").write_text("the head's log, nothing about def456\n")
-    raylet = stand_in_raylet(
-        [f"--log_dir={tmp_path}", f"--stdout_filepath={own_log}", "--node_id=def456"]
-    )
-    try:
-        assert shell_blocks.registered(raylet.pid)
-    finally:
-        raylet.kill()
-        raylet.wait()
 
 
 def test_a_failure_shows_the_logs_that_background_commands_wrote(pytester):

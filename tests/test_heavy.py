@@ -14,7 +14,7 @@ HELD_S = 8  # how long "another worker" keeps the turn: longer than the item's o
 ITEMS = """
 import pytest
 
-from tests.test_docblocks_shell import lock_is_free
+from tests.test_node_starts import lock_is_free
 
 
 @pytest.mark.heavy

@@ -33,6 +33,7 @@ import pytest
 import page_blocks
 import take_away
 from run_limited import run_limited
+from tests.docblocks.node_starts import StartWatch
 from tests.docblocks.python_blocks import RAY_FORWARDED, PythonBlock, cuda_available
 
 # A page's whole script, Ray's start-up included; pytest's per-item limit is raised to
@@ -196,7 +197,11 @@ def run_page_script(
         limit = SCRIPT_LIMIT_S
         # -u: the markers and what the page's own subprocesses print reach the pipe in order.
         command = [sys.executable, "-u", str(LAUNCHER), str(script)]
-        done = run_limited(command, limit, capture=True, cwd=work, env={**os.environ, "PATH": path})
+        # While the script's ray.init() starts a node, its session goes first (node_starts.py).
+        done = run_limited(
+            command, limit, capture=True, cwd=work, env={**os.environ, "PATH": path},
+            waiting=StartWatch().check,
+        )  # fmt: skip
         stdout, stderr = done.stdout, done.stderr
         killed = limit if done.killed else None
         shown = str(page.relative_to(docs.parent)) if docs.name == "docs" else page.name

@@ -37,15 +37,12 @@ after the rest.
 
 from __future__ import annotations
 
-import fcntl
 import os
-import re
 import shlex
 import shutil
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,6 +51,7 @@ import pytest
 
 from run_limited import become_subreaper, run_limited
 from tests.docblocks.match import clean, matches
+from tests.docblocks.node_starts import NODE_START_NICE, may_raise, node_start_turn, set_group_nice
 
 PROMPT = "$ "
 DEFAULT_TIMEOUT_S = 120.0
@@ -64,106 +62,6 @@ DEFAULT_TIMEOUT_S = 120.0
 # `ray.init()`).
 SET_BY_RAY_INIT = ("PYTHONBREAKPOINT",)
 RAY_INIT_VARS_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if name in os.environ}
-
-# Starting a Ray node is seconds of CPU for several processes at once (GCS, dashboard,
-# raylet, and the raylet's two Python agents, whose ports it waits for before it registers:
-# `NodeManager::WaitForDashboardAgentPorts`), and `ray start` gives the node 30 s to register
-# with the GCS (`Node.__init__` in ray/_private/node.py). On a 2-core machine with three
-# workers busy, starts failed there ("The current node timed out during startup"; CI, and a
-# worker node of cloud.md here). So, where tests/passes.py names a lock file that every
-# namespaced worker sees, a command that starts a node holds it (workers start their nodes
-# one at a time) and runs at a higher CPU priority (NODE_START_NICE, where this process may
-# raise it: root, as on CI), which the node's processes inherit. Neither changes what the
-# command does or prints. Without the variable (one worker, or the shell pages one at a
-# time) commands run as typed.
-NODE_START_LOCK = os.environ.get("SUITE_NODE_START_LOCK")
-STARTS_A_NODE = re.compile(r"\bray start\b")
-# `ray start`'s own limit for a node to register (30 s, counted once its processes are
-# started), plus the CLI's import and version check before them (13 s measured beside 8 busy
-# loops on 2 cores).
-BACKGROUND_NODE_BOOT_S = 60.0
-NODE_START_NICE = -10  # about 9 times a default process's share of a contended core
-
-
-def raylets_here() -> set[int]:
-    """PIDs of the raylets among this process's descendants (the page's nodes)."""
-    found = set()
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.name() == "raylet":
-                found.add(process.pid)
-        except psutil.NoSuchProcess:
-            pass
-    return found
-
-
-def registered(raylet: int) -> bool:
-    """Whether the GCS has told this raylet that its own node is alive, so the node's start
-    is over.
-
-    A raylet logs each node it hears of, ``... IsAlive = 1 node_id=<id>``, in its own log:
-    its ``--stdout_filepath`` argument (``raylet.out`` for a session's first node on this
-    machine, ``raylet.1.out`` for the next one sharing its log folder), else ``raylet.out``
-    in its ``--log_dir``. Its own id is its ``--node_id`` argument (Ray 2.60). Unreadable
-    means no.
-    """
-    try:
-        args = dict(a[2:].split("=", 1) for a in psutil.Process(raylet).cmdline() if "=" in a)
-        log = Path(args.get("stdout_filepath") or Path(args["log_dir"]) / "raylet.out")
-        return f"IsAlive = 1 node_id={args['node_id']}" in log.read_text(errors="replace")
-    except (psutil.NoSuchProcess, KeyError, OSError):
-        return False
-
-
-@contextmanager
-def node_start_turn(command: str):
-    """Hold the suite's node-start lock while ``command`` starts a Ray node; yields the
-    prefix to run it with (``nice``, or nothing).
-
-    A node started in the background (``ray start --block &``) is still booting when the
-    command returns, so the lock is kept until a new raylet here has registered with the
-    GCS, for at most BACKGROUND_NODE_BOOT_S. The wait only orders the workers: what the page
-    shows and checks does not depend on it.
-    """
-    if not NODE_START_LOCK or not STARTS_A_NODE.search(command):
-        yield []
-        return
-    prefix = ["nice", "-n", str(NODE_START_NICE)] if os.geteuid() == 0 else []
-    with open(NODE_START_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            before = raylets_here()
-            yield prefix
-            if "--block" in command:
-                deadline = time.monotonic() + BACKGROUND_NODE_BOOT_S
-                while time.monotonic() < deadline:
-                    if any(registered(pid) for pid in raylets_here() - before):
-                        break
-                    time.sleep(0.5)
-        finally:
-            if prefix:
-                back_to_default_priority()
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def back_to_default_priority() -> None:
-    """Once a node has started, give its daemons (and this worker's other descendants that
-    ``nice`` raised) this worker's own priority again.
-
-    Every process a node starts later inherits the daemon's priority: the raylet's worker
-    processes, for one, import Ray at it before Ray lowers them (``RAY_worker_niceness``).
-    Left raised, each page's whole cluster, veRL's runs included, competed with the next
-    node's start at the raised priority, and starts at ``nice -10`` still timed out at load
-    16 (a fresh-clone run, 29 November 2026: ``docs/cluster/cloud.md``, CPU pressure 75 %,
-    no memory or I/O pressure).
-    """
-    own = os.nice(0)  # this worker's priority: the default for what it runs
-    for process in psutil.Process().children(recursive=True):
-        try:
-            if process.nice() < own:
-                process.nice(own)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
 
 
 @dataclass
@@ -341,9 +239,15 @@ class Sandbox:
         # Reap while waiting: `ray stop` waits for its targets to vanish, and an
         # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
         with node_start_turn(command) as prefix:
+
+            def waiting(process):
+                if prefix:  # a node starts: its session's group goes first (node_starts.py)
+                    set_group_nice(process.pid, NODE_START_NICE)
+                reap_adopted(keep={process.pid})
+
             done = run_limited(
                 [*prefix, "bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
-                waiting=lambda process: reap_adopted(keep={process.pid}),
+                waiting=waiting,
             )  # fmt: skip
         code = done.returncode
         if done.killed:
@@ -393,7 +297,7 @@ def how_busy() -> str:
     (a node that fails to start on a loaded machine says why only in its own logs). The
     waits for CPU, memory and I/O tell a starved start from a stalled one."""
     one, five, fifteen = os.getloadavg()
-    nice = NODE_START_NICE if os.geteuid() == 0 else 0  # as node_start_turn decides
+    nice = NODE_START_NICE if may_raise() else 0  # as node_start_turn decides
     waits = ", ".join(f"{r} {pressure(r)}" for r in ("cpu", "memory", "io"))
     return (
         f"(load average {one:.1f}, {five:.1f}, {fifteen:.1f} over 1, 5, 15 min "
