@@ -20,7 +20,7 @@ the interpreter's prefix stay visible: ``NAMESPACE_KEEP``). All items then run i
 session, a page whole on one worker (``--dist loadfile``). A shell page mostly waits, so
 3 workers share 2 cores (the cost, measured: CONTRIBUTING.md, "What the suite costs"). The
 moment it does not wait is when it starts a Ray node, so commands that run ``ray start`` take
-turns across workers (a lock file, ``SUITE_NODE_START_LOCK``; tests/docblocks/shell_blocks.py).
+turns across workers (a lock file, ``SUITE_NODE_START_LOCK``; tests/docblocks/node_starts.py).
 Items that run veRL's trainer on a simulated cluster (marker ``heavy``) take turns too: two
 of them at once left a shell page too little CPU to start its node (``SUITE_HEAVY_LOCK``;
 tests/docblocks/heavy.py).
