@@ -2,13 +2,15 @@
 
 Starting a node is about 16 s of CPU spread over several processes (GCS, dashboard and its
 modules, raylet, and the raylet's two Python agents, whose ports it waits for before it
-registers: ``NodeManager::WaitForDashboardAgentPorts``), and both ``ray start`` and a
+registers: ``NodeManager::WaitForDashboardAgentPorts`` and ``WaitForRuntimeEnvAgentPort``),
+and both ``ray start`` and a
 driver's ``ray.init()`` give the node 30 s to register with the GCS (``Node.__init__`` in
 ray/_private/node.py, a fixed limit). On a 2-core machine with three workers busy, starts
 failed ("The current node timed out during startup"; CI, and fresh-clone runs here).
 
 Why ``nice`` alone did not help. Where Linux schedules by autogroup
-(``/proc/sys/kernel/sched_autogroup_enabled`` is 1, as here), every session (``setsid``) is
+(``/proc/sys/kernel/sched_autogroup_enabled`` is 1 and no CPU controller of a cgroup
+overrides it, as here), every session (``setsid``) is
 one group, the groups share the CPUs evenly, and a process's nice counts only against the
 other processes of its own group. The harness runs every command and page script in a
 session of its own (``run_limited``), and a node's daemons stay in the session that started
@@ -20,8 +22,9 @@ and 13 s with its group at nice -10, as long as on the idle machine.
 So while a node starts, the session it runs in gets a higher priority (NODE_START_NICE, for
 the group and, where there are no autogroups, for its processes), and once the node has
 registered the group and its processes go back to this worker's own priority: a node's
-later work (the raylet's workers, veRL's actors) competes like everything else. Only root
-may raise a priority (as on CI); elsewhere everything runs as typed.
+later work (the raylet's workers, veRL's actors) competes like everything else. Raising a
+priority needs CAP_SYS_NICE (or a high enough RLIMIT_NICE); the harness tries only as root
+(as on CI), and where it may not, everything runs as typed.
 
 * A console command that types ``ray start`` also takes a turn across the workers (a lock
   file that tests/passes.py names): ``node_start_turn``.
@@ -54,7 +57,9 @@ NODE_START_NICE = -10
 
 
 def may_raise() -> bool:
-    """Whether this process may raise a priority (lower a nice value): root only."""
+    """Whether this process tries to raise a priority (lower a nice value): as root only,
+    taken to hold CAP_SYS_NICE (a container may drop it; then the attempts fail, harmlessly:
+    ``nice`` warns and runs the command, the group's nice stays)."""
     return os.geteuid() == 0
 
 
@@ -101,7 +106,8 @@ def registered(raylet: int) -> bool:
     """Whether the GCS has told this raylet that its own node is alive, so the node's start
     is over.
 
-    A raylet logs each node it hears of, ``... IsAlive = 1 node_id=<id>``, in its own log:
+    A raylet logs each node it hears of (``Received address and liveness notification for
+    node, IsAlive = 1 node_id=<id>``, as Ray 2.60's raylet writes it: accessor.cc) in its own log:
     its ``--stdout_filepath`` argument (``raylet.out`` for a session's first node on this
     machine, ``raylet.1.out`` for the next one sharing its log folder), else ``raylet.out``
     in its ``--log_dir``. Its own id is its ``--node_id`` argument (Ray 2.60). Unreadable
