@@ -18,7 +18,7 @@ import pytest
 
 from tests.docblocks import node_starts
 from tests.docblocks.node_starts import StartWatch, autogroup, node_start_turn, set_group_nice
-from tests.test_docblocks import run_page
+from tests.test_docblocks import CONFTEST, run_page
 
 pytestmark = pytest.mark.reads_docs()
 
@@ -255,3 +255,15 @@ def test_a_page_script_runs_raised_while_its_node_registers(pytester):
         """,
     )
     result.assert_outcomes(passed=2)
+
+
+def test_the_summary_says_how_node_starts_get_their_cpu(pytester):
+    pytester.makeconftest(CONFTEST)  # the harness's collection, and its summary below
+    pytester.makefile(".md", page="```console\n$ true\n```\n")
+    result = pytester.runpytest_inprocess(
+        "-p", "tests.docblocks.plugin", "-p", "no:xdist", "-p", "no:cacheprovider", "-q"
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines([f"Ray {node_starts.how_starts_run()}"])
+    if node_starts.may_raise() and autogroup(os.getpid()) is not None:
+        assert "nice -10 until registered: their session's group" in node_starts.how_starts_run()

@@ -63,6 +63,15 @@ def may_raise() -> bool:
     return os.geteuid() == 0
 
 
+def how_starts_run() -> str:
+    """How node starts get their CPU here, in words (the suite's summary and a failed
+    command's message say it)."""
+    if not may_raise():
+        return "node starts run at the default priority (raising one is tried as root only)"
+    raised = "their session's group and processes" if autogroup(os.getpid()) else "their processes"
+    return f"node starts run at nice {NODE_START_NICE} until registered: {raised}"
+
+
 def autogroup(pid: int) -> tuple[str, int] | None:
     """The autogroup of process ``pid`` and its nice (``/proc/<pid>/autogroup`` reads
     ``/autogroup-12 nice 0``), or None where the kernel has none or the process is gone."""

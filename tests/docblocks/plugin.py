@@ -37,7 +37,7 @@ from sybil.integration.pytest import SybilItem
 import page_blocks
 import take_away
 from page_blocks import DATA_LANGUAGES, EXECUTED_PYTHON
-from tests.docblocks import cache, heavy, longest_first, update_outputs
+from tests.docblocks import cache, heavy, longest_first, node_starts, update_outputs
 from tests.docblocks.on_verl import ListedBlock, parse_blocks_on_verl, runs_on_verl
 from tests.docblocks.page_scripts import (
     SCRIPT_LIMIT_S,
@@ -439,6 +439,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(f"{text}: {', '.join(counts)}")
     if commands:
         terminalreporter.write_line(f"shell commands run and compared: {commands}")
+    terminalreporter.write_line(f"Ray {node_starts.how_starts_run()}")
     cache_line(terminalreporter, config)
     if EXECUTE_LANGUAGES["value"] == "en" and BACKEND["value"] != "verl":
         terminalreporter.write_line(

@@ -53,8 +53,7 @@ from run_limited import become_subreaper, run_limited
 from tests.docblocks.match import clean, matches
 from tests.docblocks.node_starts import (
     NODE_START_NICE,
-    autogroup,
-    may_raise,
+    how_starts_run,
     node_start_turn,
     set_group_nice,
 )
@@ -303,13 +302,11 @@ def how_busy() -> str:
     (a node that fails to start on a loaded machine says why only in its own logs). The
     waits for CPU, memory and I/O tell a starved start from a stalled one."""
     one, five, fifteen = os.getloadavg()
-    nice = NODE_START_NICE if may_raise() else 0  # as node_start_turn decides
-    groups = "with autogroups" if autogroup(os.getpid()) else "without autogroups"
     waits = ", ".join(f"{r} {pressure(r)}" for r in ("cpu", "memory", "io"))
     return (
         f"(load average {one:.1f}, {five:.1f}, {fifteen:.1f} over 1, 5, 15 min "
         f"on {os.cpu_count()} CPUs; waited for over the last 10 s: {waits}; "
-        f"node starts at nice {nice}, scheduled {groups})"
+        f"{how_starts_run()})"
     )
 
 
