@@ -12,7 +12,7 @@ import pytest
 
 from tests.docblocks.match import clean
 from tests.docblocks.shell_blocks import options_of, parse_console
-from tests.test_docblocks import run_page
+from tests.test_docblocks import CONFTEST, run_page
 
 pytestmark = pytest.mark.reads_docs()
 
@@ -236,3 +236,12 @@ def test_console_parsing_and_cleaning():
         "2026-11-21 09:35:16,478\tSUCC scripts.py:1085 -- \x1b[32mRay runtime started.\x1b[39m  \n"
     )
     assert clean(raw) == "Ray runtime started."
+
+
+def test_a_blocks_own_limits_are_not_cut_short_by_pytests_default(pytester):
+    # A 2 x 8 plan, `timeout=600`, was ended by pytest-timeout's default 300 s.
+    pytester.makeconftest(CONFTEST)
+    pytester.makefile(".md", page="<!-- block: run timeout=600 -->\n```console\n$ sleep 1\n```\n")
+    items, _ = pytester.inline_genitems("-p", "tests.docblocks.plugin", "-p", "no:xdist")
+    (item,) = items
+    assert item.get_closest_marker("timeout").args[0] >= 600

@@ -274,6 +274,12 @@ def pytest_collection_modifyitems(config, items):
             # Any of these items may be the one that runs the page's whole script
             # (page_scripts.py), which has its own limit.
             item.add_marker(pytest.mark.timeout(SCRIPT_LIMIT_S + 60))
+        elif isinstance(item.example.parsed, ShellBlock):
+            # A block's `timeout=` and `retry=` are its own limits; pytest-timeout's default
+            # (300 s) must not end it sooner (a 2 x 8 plan with timeout=600 was killed at 300 s).
+            limit = item.example.parsed.limit_s()
+            if limit > float(config.getini("timeout") or 0):
+                item.add_marker(pytest.mark.timeout(limit))
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -52,6 +52,7 @@ import pytest
 from run_limited import become_subreaper, run_limited
 from tests.docblocks.match import clean, matches
 from tests.docblocks.node_starts import (
+    NODE_BOOT_S,
     NODE_START_NICE,
     how_starts_run,
     node_start_turn,
@@ -133,6 +134,14 @@ class ShellBlock:
     retry: float = 0.0
     needs: tuple[str, ...] = ()  # environment variables without which the block is skipped
     printed: str | None = None
+
+    def limit_s(self) -> float:
+        """The longest the block may take within its own limits: each command up to
+        ``timeout``, run again for up to ``retry``, and a node start's wait for its turn
+        (another worker's start: its command, then its registration). These are the block's
+        hang detectors; pytest-timeout's item limit is raised to this (plugin.py)."""
+        commands = len(parse_console(self.source)) if self.language == "console" else 1
+        return commands * (self.timeout + self.retry) + DEFAULT_TIMEOUT_S + NODE_BOOT_S
 
 
 # Where a block's `needs=` variables come from, for the skip message.
