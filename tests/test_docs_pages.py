@@ -20,6 +20,7 @@ from mkdocs.config import load_config
 
 from page_blocks import Block, blocks, prose, twin, twin_mismatch
 from tests.docblocks.match import matches
+from tests.docblocks.shell_blocks import parse_console
 
 pytestmark = pytest.mark.reads_docs("docs")
 
@@ -227,7 +228,7 @@ def test_notebook_pages_are_executed_examples_in_both_languages(page):
     )
 
 
-# What `ray stop` prints last, in Ray 2.60 (`python/ray/scripts/scripts.py`, `stop`): the first
+# How `ray stop`'s summary ends, in Ray 2.60 (`python/ray/scripts/scripts.py`, `stop`): the first
 # when every process exited on SIGTERM within its share of the grace period, the second when one
 # did not and was killed. Which one a reader gets depends on how busy the machine is; the second
 # is what a fresh-clone suite printed for connect.md on 29 November 2026 (load 10.7 on 2 CPUs).
@@ -247,8 +248,6 @@ def test_what_a_page_shows_under_ray_stop_holds_on_a_busy_machine(page):
 
     (faults.md shows the second ending alone: there two agents ignore SIGTERM, so it is the
     only one.)"""
-    from tests.docblocks.shell_blocks import parse_console
-
     for block in blocks(page):
         if block.kind != "console":
             continue
