@@ -28,8 +28,9 @@ priority needs CAP_SYS_NICE (or a high enough RLIMIT_NICE); the harness tries on
 
 * A console command that types ``ray start`` also takes a turn across the workers (a lock
   file that tests/passes.py names): ``node_start_turn``.
-* A page script whose ``ray.init()`` starts a node: ``StartWatch``, asked while the script
-  runs.
+* A page script, or a console command, whose ``ray.init()`` starts a node: ``StartWatch``,
+  asked while it runs (CI, 30 November 2026: ``python pipeline.py 1`` on
+  docs/cluster/bottleneck.md timed out at load 14 while only ``ray start`` was raised).
 
 Neither changes what a command or script does or prints.
 """
@@ -191,16 +192,22 @@ class StartWatch:
     """Raises a page script's session group while a node of its starts (its ``ray.init()``,
     a ``ray.cluster_utils.Cluster``), and lowers it again once every node has registered.
 
-    Call ``check(process)`` every so often while the script runs (``run_limited``'s
-    ``waiting``). A node is starting while one of its raylets here has not registered, or a
-    GCS here has no raylet beside it yet; a process older than NODE_BOOT_S no longer counts
-    (a node that never registers fails on its own). Only the group is raised: a page's
-    script raises no process's own nice, so where there are no autogroups it runs as typed.
+    Call ``check(process)`` as often as you like while the script or command runs
+    (``run_limited``'s ``waiting``); it looks at most every ``look_every_s``, since each look
+    walks this worker's process tree. A node is starting while one of its raylets here has
+    not registered, or a GCS here has no raylet beside it yet; a process older than
+    NODE_BOOT_S no longer counts (a node that never registers fails on its own). Only the
+    group is raised: a page's script raises no process's own nice, so where there are no
+    autogroups it runs as typed. A console command that runs a script whose ``ray.init()``
+    starts a node (``python pipeline.py``) is watched the same way; one that types
+    ``ray start`` takes ``node_start_turn`` instead.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, look_every_s: float = 0.5) -> None:
+        self.look_every_s = look_every_s
         self.settled: set[int] = set()  # raylets that have registered
         self.raised = False
+        self.next_look = 0.0
 
     def starting(self) -> bool:
         nodes = node_processes_here()
@@ -217,8 +224,9 @@ class StartWatch:
         return any(now - psutil.Process(pid).create_time() < NODE_BOOT_S for pid in nodes)
 
     def check(self, process) -> None:
-        if not may_raise():
+        if not may_raise() or time.monotonic() < self.next_look:
             return
+        self.next_look = time.monotonic() + self.look_every_s
         try:
             starting = self.starting()
         except psutil.NoSuchProcess:  # one ended while we looked: ask again next time

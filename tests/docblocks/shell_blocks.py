@@ -54,6 +54,8 @@ from tests.docblocks.match import clean, matches
 from tests.docblocks.node_starts import (
     NODE_BOOT_S,
     NODE_START_NICE,
+    StartWatch,
+    back_to_default_priority,
     how_starts_run,
     node_start_turn,
     set_group_nice,
@@ -252,17 +254,24 @@ class Sandbox:
         log = self.root / "last-output"
         # Reap while waiting: `ray stop` waits for its targets to vanish, and an
         # adopted daemon that has exited stays a zombie until its parent (us) reaps it.
+        # A node's start goes first (node_starts.py): a command that types `ray start`
+        # takes a turn and runs raised; any other is watched for a driver that starts one.
+        watch = StartWatch()
         with node_start_turn(command) as prefix:
 
             def waiting(process):
-                if prefix:  # a node starts: its session's group goes first (node_starts.py)
+                if prefix:
                     set_group_nice(process.pid, NODE_START_NICE)
+                else:
+                    watch.check(process)
                 reap_adopted(keep={process.pid})
 
             done = run_limited(
                 [*prefix, "bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
                 waiting=waiting,
             )  # fmt: skip
+        if watch.raised:  # it ended while its node started: what it left goes back in line
+            back_to_default_priority()
         code = done.returncode
         if done.killed:
             reap_adopted()
