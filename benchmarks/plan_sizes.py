@@ -1,7 +1,7 @@
 """Time and peak memory of the layout planner (reference_impl/plan) for a few cluster sizes.
 
 ``python -m benchmarks.plan_sizes --out benchmarks/results/plan-sizes`` plans a GRPO run on
-1 x 1, 2 x 8 and 4 x 8 GPUs (``--shapes`` to choose) and, for each, records the wall time
+1 x 1, 2 x 8, 4 x 8 and 8 x 8 GPUs (``--shapes`` to choose) and, for each, records the wall time
 of ``python -m reference_impl.plan`` and the peak of the summed PSS (proportional set size:
 shared pages divided among the processes that share them) of the planner and every process
 under it (Ray's daemons, TaskRunnerV1, TransferQueue's actors, the stand-ins), sampled every
@@ -35,6 +35,7 @@ SHAPES = {  # name: (cluster, nnodes, gpus per node, rollout TP, train batch, mi
     "1x1": ("1x1x16", 1, 1, 1, 4, 4),
     "2x8": ("2x8x96x1024", 2, 8, 2, 256, 64),
     "4x8": ("4x8x96x1024", 4, 8, 2, 256, 64),
+    "8x8": ("8x8x96x1024", 8, 8, 2, 256, 64),  # past 2 minutes and 8 GiB on 2 cores
 }
 
 

@@ -151,7 +151,7 @@ RECORDS = {
         ),
         Record(
             "plan-sizes",
-            "the layout planner's wall time and peak memory for 1 x 1, 2 x 8 and 4 x 8 GPUs "
+            "the layout planner's wall time and peak memory for 1 x 1, 2 x 8, 4 x 8 and 8 x 8 GPUs "
             "(docs/verl/plan.md#measured)",
             make=(Step(("python", "-m", "benchmarks.plan_sizes", "--out", str(PLAN))),),
             after="update the table in docs/verl/plan.md#measured (both languages)",
