@@ -251,3 +251,28 @@ def test_stdout_carries_the_plan_alone(capsys, monkeypatch):
     assert out == ""
     assert "[validate_config] All configuration checks passed" in err
     assert "(raylet) WARNING" in err and "plan: the simulated cluster did not start" in err
+
+
+@pytest.mark.alone  # a local cluster of two raylets: runs with the shell pages
+@pytest.mark.timeout(300)
+def test_the_nodes_of_a_running_cluster_are_read_head_first():
+    # `--from-ray ADDRESS`: a running cluster's alive nodes, as --cluster would give them,
+    # memory in GiB. A node that has left is still listed by ray.nodes() (Alive False) and
+    # must not count. (Ray lists the head first here anyway; from_ray sorts it first where
+    # it does not.)
+    from ray.cluster_utils import Cluster
+
+    running = Cluster(
+        initialize_head=True,
+        head_node_args=dict(num_cpus=3, num_gpus=2, memory=4 * 2**30, include_dashboard=False),
+    )
+    try:
+        running.add_node(num_cpus=5, num_gpus=1, memory=2 * 2**30)
+        running.remove_node(running.add_node(num_cpus=7, num_gpus=4))
+        nodes = cluster.from_ray(running.address)
+    finally:
+        running.shutdown()
+    assert nodes == [
+        cluster.NodeSpec(gpus=2, cpus=3, memory_gib=4.0),
+        cluster.NodeSpec(gpus=1, cpus=5, memory_gib=2.0),
+    ]
