@@ -158,6 +158,33 @@ def test_a_head_without_cpus_stops_verl_with_unschedulable_storage_units(tmp_pat
     assert "required_node_resource" in text
 
 
+@pytest.mark.alone  # a local cluster of several raylets: runs with the shell pages
+@pytest.mark.heavy  # veRL on that cluster: one at a time across workers (heavy.py)
+@pytest.mark.timeout(900)
+def test_a_trtllm_replica_over_two_nodes_starts_one_server(tmp_path):
+    # Rollout TP 2 on two nodes of one GPU: one replica spans both nodes. vLLM's and
+    # SGLang's replicas start a server per node; TRTLLMReplica.launch_servers starts one,
+    # named trtllm_server_<replica>, on the node of the replica's first worker.
+    code, got, text = plan(
+        tmp_path,
+        ["2x1x16"],
+        SMALL[1:]  # SMALL without its rollout engine
+        + [
+            "actor_rollout_ref.rollout.name=trtllm",
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=1",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+        ],
+    )
+    assert code == 0, text
+    servers = [a for a in got["actors"] if a["role"] == "rollout server"]
+    assert [(a["class"], a["name"], a["state"]) for a in servers] == [
+        ("TRTLLMHttpServer", "trtllm_server_0", "ALIVE")
+    ], text
+    first_rank = next(a for a in got["actors"] if a["role"] == "worker-group rank")
+    assert servers[0]["node"] == first_rank["node"], text
+
+
 def test_a_batch_size_verl_refuses_is_refused_before_ray_starts():
     config = compose(
         ["data.train_batch_size=3", "actor_rollout_ref.rollout.n=1", "trainer.n_gpus_per_node=2"]

@@ -15,6 +15,8 @@ ROLES = [  # (class name ends with, role), first match wins
     ("SimpleStorageUnit", "TransferQueue storage unit"),
     ("WorkerDict", "worker-group rank"),
     ("vLLMHttpServer", "rollout server"),
+    ("SGLangHttpServer", "rollout server"),
+    ("TRTLLMHttpServer", "rollout server"),
     ("CheckpointEngineWorker", "rollout worker"),
     ("GlobalRequestLoadBalancer", "rollout load balancer"),
     ("AgentLoopWorkerTQ", "agent-loop worker"),
