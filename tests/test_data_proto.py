@@ -202,6 +202,15 @@ def test_union_merges_keys():
     assert data.meta_info == {"temperature": 1.0, "step": 7}
 
 
+def test_union_of_batches_larger_than_python_caches_small_integers():
+    # Sizes are compared by value: 300 rows on each side is one size (CPython shares the
+    # int objects of -5 to 256 only, so an identity check would pass below and fail here).
+    data, other = make(300), DataProto.from_dict(tensors={"reward": torch.ones(300)})
+    assert len(data.union(other)) == 300
+    with pytest.raises(ValueError, match="cannot union batches of size 300 and 301"):
+        make(300).union(DataProto.from_dict(tensors={"reward": torch.ones(301)}))
+
+
 def test_union_into_an_empty_dataproto():
     other = make(2)
     merged = DataProto().union(other)

@@ -15,6 +15,7 @@ import pytest
 from sybil import Document
 from sybil.parsers.markdown import PythonCodeBlockParser
 
+import take_away
 from page_blocks import Block, classify, language_of, parse
 from tests.docblocks import page_scripts, python_blocks
 from tests.docblocks.match import matches
@@ -416,3 +417,31 @@ def test_what_ray_forwards_and_the_autoscalers_lines_are_not_what_a_block_printe
         ]
     )
     assert page_scripts.cut_at_markers(stdout) == ({1: "the block's own line\n"}, 1)
+
+
+def test_every_line_of_a_block_maps_to_its_page_line():
+    # A traceback names the page's line: each of a block's lines, its last included, maps
+    # to the fence's line plus its offset (an odd-length block, whose last line an
+    # off-by-one in the range would drop).
+    script = "\n".join(
+        [
+            "import sys",
+            f"print({take_away.MARKER_LINE.format(1)!r}, flush=True)",
+            "a = 1",
+            "b = 2",
+            "raise SystemExit(a + b)",
+        ]
+    )
+    assert page_scripts.page_lines(script, {1: (40, 3)}) == {3: 41, 4: 42, 5: 43}
+
+
+@pytest.mark.parametrize("killed_after_s", [None, 480])
+def test_a_failed_scripts_message_keeps_the_end_of_its_stderr(killed_after_s):
+    # The traceback's last line is what a reader needs; a long stderr is cut from the front.
+    stderr = "noise\n" * 2000 + "ValueError: the real reason"  # 12,027 characters
+    run = page_scripts.PageRun(
+        returncode=1, stderr=stderr, last_started=2, killed_after_s=killed_after_s
+    )
+    printed, why = run.outcome(2)
+    assert printed is None and why.endswith("ValueError: the real reason")
+    assert why.count("noise") < 2000 and len(why) < 4200

@@ -7,11 +7,14 @@ in-process with the harness's own parser, setup and teardown.
 
 from __future__ import annotations
 
+import time
+
 import psutil
 import pytest
 
 from tests.docblocks.match import clean
-from tests.docblocks.shell_blocks import options_of, parse_console
+from tests.docblocks.node_starts import NODE_BOOT_S
+from tests.docblocks.shell_blocks import DEFAULT_TIMEOUT_S, options_of, parse_console
 from tests.test_docblocks import CONFTEST, run_page
 
 pytestmark = pytest.mark.reads_docs()
@@ -202,6 +205,56 @@ def test_retry_reruns_a_command_that_fails_until_it_succeeds(pytester):
     result.assert_outcomes(passed=1)
 
 
+def test_retry_gives_up_at_its_limit(pytester):
+    # A command that never succeeds is retried for `retry` seconds, then fails: it does not
+    # run until pytest's own limit.
+    start = time.monotonic()
+    result = run_page(pytester, "<!-- block: run retry=2 -->\n~~~console\n$ false\n~~~\n")
+    result.assert_outcomes(failed=1)
+    assert time.monotonic() - start < 60
+
+
+def failure_message(result) -> str:
+    """A failed item's message, without the sections pytest adds after it (the block's
+    whole output is in "Captured stdout call")."""
+    return result.stdout.str().split("Captured stdout call")[0]
+
+
+def test_a_failure_shows_the_end_of_a_long_output(pytester):
+    # 1 to 3000, one a line: about 14,000 characters, of which the message keeps the last
+    # 3000 (2400 to 3000), enough to read and short enough to scroll past.
+    result = run_page(pytester, "~~~console\n$ seq 1 3000; false\n~~~\n")
+    result.assert_outcomes(failed=1)
+    message = failure_message(result)
+    assert "\n3000\n" in message and "\n2999\n" in message
+    assert "\n2000\n" not in message
+
+
+def test_file_blocks_write_into_folders_they_share(pytester):
+    # The first makes pkg/sub/ (and pkg/); the second writes into it, now there.
+    result = run_page(
+        pytester,
+        """
+        <!-- block: file pkg/sub/a.txt -->
+        ~~~text
+        first
+        ~~~
+
+        <!-- block: file pkg/sub/b.txt -->
+        ~~~text
+        second
+        ~~~
+
+        ~~~console
+        $ cat pkg/sub/a.txt pkg/sub/b.txt
+        first
+        second
+        ~~~
+        """,
+    )
+    result.assert_outcomes(passed=3)
+
+
 def test_detached_processes_are_killed_when_the_page_ends(pytester, tmp_path):
     pidfile = tmp_path / "pid"
     result = run_page(
@@ -245,3 +298,16 @@ def test_a_blocks_own_limits_are_not_cut_short_by_pytests_default(pytester):
     items, _ = pytester.inline_genitems("-p", "tests.docblocks.plugin", "-p", "no:xdist")
     (item,) = items
     assert item.get_closest_marker("timeout").args[0] >= 600
+
+
+def test_a_blocks_item_limit_adds_up_its_commands_limits(pytester):
+    # Each command may take its timeout, then be run again for its retry; then a node
+    # start's wait for its turn, and the default limit on top.
+    pytester.makeconftest(CONFTEST)
+    pytester.makefile(
+        ".md", page="<!-- block: run timeout=600 retry=100 -->\n```console\n$ true\n$ true\n```\n"
+    )
+    items, _ = pytester.inline_genitems("-p", "tests.docblocks.plugin", "-p", "no:xdist")
+    (item,) = items
+    expected = 2 * (600 + 100) + DEFAULT_TIMEOUT_S + NODE_BOOT_S
+    assert item.get_closest_marker("timeout").args[0] == pytest.approx(expected)

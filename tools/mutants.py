@@ -16,11 +16,17 @@ default a fixed random sample of each module's mutants runs (``--sample``), with
 limit for all (``--limit-s``); the mutants that the limit leaves pending are reported as
 such and not counted. The score is killed / (killed + survived), per module and in all.
 Surviving mutants are printed as diffs.
+
+A mutant inside an annotation (``dispatch_mode: Dispatch | dict`` made ``Dispatch % dict``)
+is never run: in a module with ``from __future__ import annotations`` annotations are kept
+as strings and never evaluated, so no test could tell it apart (an equivalent mutant). They
+are counted in their own column, before the sample is drawn.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import random
@@ -93,13 +99,56 @@ def config(module: str, tests: str, python: str, timeout_s: float) -> str:
     )
 
 
-def keep_a_sample(session: Path, sample: int, seed: int) -> int:
-    """Mark all pending mutants but a random ``sample`` of them as skipped; returns the total."""
+IN_ANNOTATION = "in an annotation: never evaluated (from __future__ import annotations)"
+
+
+def annotation_spans(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Where a module's annotations are, as ((line, column), (end line, end column)), lines
+    from 1 and columns from 0 (as ``ast`` and cosmic-ray's positions count them). Empty
+    unless the module has ``from __future__ import annotations``: elsewhere annotations
+    are evaluated when their function or class is defined, and a mutant there can fail."""
+    tree = ast.parse(source)
+    postponed = any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "__future__"
+        and any(alias.name == "annotations" for alias in node.names)
+        for node in tree.body
+    )
+    if not postponed:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign) and node.annotation is not None:
+            found.append(node.annotation)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.returns:
+            found.append(node.returns)
+    return [((a.lineno, a.col_offset), (a.end_lineno, a.end_col_offset)) for a in found]
+
+
+def in_annotation(spans, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    """Whether the mutated text, from ``start`` to ``end``, lies inside one of ``spans``."""
+    return any(first <= tuple(start) and tuple(end) <= last for first, last in spans)
+
+
+def keep_a_sample(session: Path, module: Path, sample: int, seed: int) -> int:
+    """Mark the pending mutants inside annotations as skipped (IN_ANNOTATION), then all the
+    others but a random ``sample`` of them; returns the total."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import WorkerOutcome, WorkResult
 
+    spans = annotation_spans(module.read_text())
     with use_db(str(session), WorkDB.Mode.open) as db:
-        pending = sorted(item.job_id for item in db.pending_work_items)
+        items = list(db.pending_work_items)
+        pending = []
+        for item in items:
+            if all(in_annotation(spans, m.start_pos, m.end_pos) for m in item.mutations):
+                db.set_result(
+                    item.job_id,
+                    WorkResult(output=IN_ANNOTATION, worker_outcome=WorkerOutcome.SKIPPED),
+                )
+            else:
+                pending.append(item.job_id)
+        pending.sort()
         if sample and len(pending) > sample:
             kept = set(random.Random(seed).sample(pending, sample))
             for job_id in pending:
@@ -108,20 +157,22 @@ def keep_a_sample(session: Path, sample: int, seed: int) -> int:
                         job_id,
                         WorkResult(output="not sampled", worker_outcome=WorkerOutcome.SKIPPED),
                     )
-        return len(pending)
+        return len(items)
 
 
 def outcomes(session: Path) -> tuple[dict[str, int], list[str]]:
-    """Counts (killed, survived, pending, other) and the diffs of the surviving mutants."""
+    """Counts (killed, survived, pending, other, and those in annotations, not run) and the
+    diffs of the surviving mutants."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    counts = {"killed": 0, "survived": 0, "pending": 0, "other": 0}
+    counts = {"killed": 0, "survived": 0, "pending": 0, "other": 0, "annotation": 0}
     survivors = []
     with use_db(str(session), WorkDB.Mode.open) as db:
         counts["pending"] = sum(1 for _ in db.pending_work_items)
         for _, result in db.completed_work_items:
             if result.worker_outcome == WorkerOutcome.SKIPPED:
+                counts["annotation"] += result.output == IN_ANNOTATION
                 continue
             if result.worker_outcome != WorkerOutcome.NORMAL:
                 counts["other"] += 1
@@ -146,7 +197,7 @@ def run_module(tree: Path, module: str, python: str, sample: int, seed: int, lim
     baseline = subprocess.run([*cosmic, "baseline", str(work / "config.toml")], cwd=tree)
     if baseline.returncode != 0:
         print(f"mutants: {MODULES[module]} fails on the unmutated code: {module} not tested")
-        return 0, {"killed": 0, "survived": 0, "pending": 0, "other": 0}, []
+        return 0, {"killed": 0, "survived": 0, "pending": 0, "other": 0, "annotation": 0}, []
     timeout_s = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * (time.monotonic() - start))
     (work / "config.toml").write_text(config(module, MODULES[module], python, timeout_s))
     limit_s -= time.monotonic() - start
@@ -156,7 +207,7 @@ def run_module(tree: Path, module: str, python: str, sample: int, seed: int, lim
          str(session), str(work / "config.toml")],
         cwd=tree, check=True,
     )  # fmt: skip
-    total = keep_a_sample(session, sample, seed)
+    total = keep_a_sample(session, tree / module, sample, seed)
     # exec runs the kept mutants one by one; at the limit it is interrupted, and it puts the
     # file back (cosmic-ray restores it when the run is interrupted); we copy it back as well.
     run_limited(
@@ -202,15 +253,16 @@ def main(argv: list[str] | None = None) -> int:
             for diff in survivors:
                 print(f"--- survived in {module}:\n{diff}")
             rows.append((module, total, counts, time.monotonic() - start))
-    print(f"\n{'module':<34} {'mutants':>7} {'killed':>6} {'survived':>8} {'pending':>7} "
-          f"{'other':>5} {'score':>6} {'s':>6}")  # fmt: skip
+    print(f"\n{'module':<34} {'mutants':>7} {'annot.':>6} {'killed':>6} {'survived':>8} "
+          f"{'pending':>7} {'other':>5} {'score':>6} {'s':>6}")  # fmt: skip
     for module, total, c, seconds in rows:
         ran = c["killed"] + c["survived"]
         score = f"{c['killed'] / ran:.0%}" if ran else "-"
         print(
-            f"{module:<34} {total:>7} {c['killed']:>6} {c['survived']:>8} {c['pending']:>7} "
-            f"{c['other']:>5} {score:>6} {seconds:>6.0f}"
+            f"{module:<34} {total:>7} {c['annotation']:>6} {c['killed']:>6} {c['survived']:>8} "
+            f"{c['pending']:>7} {c['other']:>5} {score:>6} {seconds:>6.0f}"
         )
+    print("annot.: mutants inside annotations, never evaluated here, so not run")
     if killed + survived:
         print(f"mutation score: {killed}/{killed + survived} = {killed / (killed + survived):.0%}")
     return 0
