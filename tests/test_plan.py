@@ -174,6 +174,10 @@ def test_a_trtllm_replica_over_two_nodes_starts_one_server(tmp_path):
             "trainer.nnodes=2",
             "trainer.n_gpus_per_node=1",
             "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            # fewer of the actors this test does not look at: each is a process to start
+            "actor_rollout_ref.rollout.agent.num_workers=1",
+            "reward.num_workers=1",
+            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
         ],
     )
     assert code == 0, text
