@@ -214,61 +214,10 @@ def test_a_console_command_that_starts_a_node_runs_in_a_raised_group(monkeypatch
     result.assert_outcomes(passed=1)
 
 
-def test_a_page_script_runs_raised_while_its_node_registers(pytester):
-    needs_autogroups()
-    nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
-    # The page's script starts a stand-in raylet (a process named `raylet` whose log has
-    # not yet said its node is alive) and reads its own group's nice; then the raylet
-    # registers, and the group goes back in line.
-    result = run_page(
-        pytester,
-        f"""
-        ~~~python
-        import os, subprocess, sys, tempfile, time
-        from pathlib import Path
-
-        def group_nice(wanted):
-            for _ in range(300):
-                nice = int(Path("/proc/self/autogroup").read_text().split()[-1])
-                if nice == wanted:
-                    break
-                time.sleep(0.1)
-            return nice
-
-        folder = Path(tempfile.mkdtemp())
-        (folder / "raylet").symlink_to(sys.executable)
-        (folder / "raylet.out").write_text("")
-        raylet = subprocess.Popen(
-            [str(folder / "raylet"), "-c", "import time; time.sleep(60)",
-             f"--log_dir={{folder}}", "--node_id=abc123"]
-        )
-        print("starting:", group_nice({nice}))
-        (folder / "raylet.out").write_text("IsAlive = 1 node_id=abc123\\n")
-        print("registered:", group_nice({own}))
-        raylet.kill()
-        ~~~
-
-        ~~~output
-        starting: {nice}
-        registered: {own}
-        ~~~
-        """,
-    )
-    result.assert_outcomes(passed=2)
-
-
-def test_a_console_command_whose_script_starts_a_node_runs_raised_until_it_registers(pytester):
-    # `python pipeline.py` types no `ray start`, but its ray.init() starts a node: on CI its
-    # start timed out at load 14 while it ran at the default priority (30 November 2026).
-    # The script starts a stand-in raylet, prints its group's nice, lets the raylet register
-    # and prints it again.
-    needs_autogroups()
-    nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
-    result = run_page(
-        pytester,
-        f"""
-        <!-- block: file starts_a_node.py -->
-        ~~~python
+# A script that starts a stand-in raylet (a process named `raylet` whose log has not yet
+# said its node is alive), prints its own group's nice once it is {nice}, lets the raylet
+# register, and prints the nice again once it is {own}. Indented as the pages below are.
+STARTS_A_NODE = """\
         import subprocess, sys, tempfile, time
         from pathlib import Path
 
@@ -291,7 +240,39 @@ def test_a_console_command_whose_script_starts_a_node_runs_raised_until_it_regis
         (folder / "raylet.out").write_text("IsAlive = 1 node_id=abc123\\n")
         print("registered:", group_nice({own}))
         raylet.kill()
+"""
+
+
+def test_a_page_script_runs_raised_while_its_node_registers(pytester):
+    needs_autogroups()
+    nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
+    # The page's script runs raised while its stand-in raylet registers, then back in line.
+    result = run_page(
+        pytester,
+        f"""
+        ~~~python
+{STARTS_A_NODE.format(nice=nice, own=own)}        ~~~
+
+        ~~~output
+        starting: {nice}
+        registered: {own}
         ~~~
+        """,
+    )
+    result.assert_outcomes(passed=2)
+
+
+def test_a_console_command_whose_script_starts_a_node_runs_raised_until_it_registers(pytester):
+    # `python pipeline.py` types no `ray start`, but its ray.init() starts a node: on CI its
+    # start timed out at load 14 while it ran at the default priority (30 November 2026).
+    needs_autogroups()
+    nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
+    result = run_page(
+        pytester,
+        f"""
+        <!-- block: file starts_a_node.py -->
+        ~~~python
+{STARTS_A_NODE.format(nice=nice, own=own)}        ~~~
 
         ~~~console
         $ python starts_a_node.py
