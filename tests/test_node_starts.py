@@ -243,40 +243,28 @@ STARTS_A_NODE = """\
 """
 
 
-def test_a_page_script_runs_raised_while_its_node_registers(pytester):
+# The two ways a page runs such a script: as the page's own script (its python block, the
+# output compared), and from a console command (`python pipeline.py` types no `ray start`,
+# but its ray.init() starts a node: on CI that start timed out at load 14 while it ran at
+# the default priority, 30 November 2026).
+RUNS_IT = {
+    "page script": "~~~python\n{script}        ~~~\n\n        ~~~output\n",
+    "console command": (
+        "<!-- block: file starts_a_node.py -->\n        ~~~python\n{script}        ~~~\n\n"
+        "        ~~~console\n        $ python starts_a_node.py\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("how", RUNS_IT)
+def test_a_script_runs_raised_while_its_node_registers(pytester, how):
     needs_autogroups()
     nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
-    # The page's script runs raised while its stand-in raylet registers, then back in line.
+    runs_it = RUNS_IT[how].format(script=STARTS_A_NODE.format(nice=nice, own=own))
     result = run_page(
         pytester,
         f"""
-        ~~~python
-{STARTS_A_NODE.format(nice=nice, own=own)}        ~~~
-
-        ~~~output
-        starting: {nice}
-        registered: {own}
-        ~~~
-        """,
-    )
-    result.assert_outcomes(passed=2)
-
-
-def test_a_console_command_whose_script_starts_a_node_runs_raised_until_it_registers(pytester):
-    # `python pipeline.py` types no `ray start`, but its ray.init() starts a node: on CI its
-    # start timed out at load 14 while it ran at the default priority (30 November 2026).
-    needs_autogroups()
-    nice, own = node_starts.NODE_START_NICE, autogroup(os.getpid())[1]
-    result = run_page(
-        pytester,
-        f"""
-        <!-- block: file starts_a_node.py -->
-        ~~~python
-{STARTS_A_NODE.format(nice=nice, own=own)}        ~~~
-
-        ~~~console
-        $ python starts_a_node.py
-        starting: {nice}
+        {runs_it}        starting: {nice}
         registered: {own}
         ~~~
         """,

@@ -99,6 +99,8 @@ def config(module: str, tests: str, python: str, timeout_s: float) -> str:
     )
 
 
+# What a module's mutants came to: "annotation" counts those set apart, never run.
+COUNTS = ("killed", "survived", "pending", "other", "annotation")
 IN_ANNOTATION = "in an annotation: never evaluated (from __future__ import annotations)"
 
 
@@ -166,7 +168,7 @@ def outcomes(session: Path) -> tuple[dict[str, int], list[str]]:
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome, WorkerOutcome
 
-    counts = {"killed": 0, "survived": 0, "pending": 0, "other": 0, "annotation": 0}
+    counts = dict.fromkeys(COUNTS, 0)
     survivors = []
     with use_db(str(session), WorkDB.Mode.open) as db:
         counts["pending"] = sum(1 for _ in db.pending_work_items)
@@ -197,7 +199,7 @@ def run_module(tree: Path, module: str, python: str, sample: int, seed: int, lim
     baseline = subprocess.run([*cosmic, "baseline", str(work / "config.toml")], cwd=tree)
     if baseline.returncode != 0:
         print(f"mutants: {MODULES[module]} fails on the unmutated code: {module} not tested")
-        return 0, {"killed": 0, "survived": 0, "pending": 0, "other": 0, "annotation": 0}, []
+        return 0, dict.fromkeys(COUNTS, 0), []
     timeout_s = max(MIN_TIMEOUT_S, TIMEOUT_FACTOR * (time.monotonic() - start))
     (work / "config.toml").write_text(config(module, MODULES[module], python, timeout_s))
     limit_s -= time.monotonic() - start
