@@ -21,12 +21,12 @@ it (one worker, or a plain ``pytest``) nothing is held.
 
 from __future__ import annotations
 
-import fcntl
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+from filelock import FileLock
 
 LOCK_VARIABLE = "SUITE_HEAVY_LOCK"
 
@@ -43,9 +43,5 @@ def turn(item: pytest.Item) -> Iterator[None]:
     if not path or not is_heavy(item):
         yield
         return
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even on a crash
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    with FileLock(path):  # an flock(2) underneath: the kernel frees it if the worker dies
+        yield

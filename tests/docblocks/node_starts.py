@@ -37,7 +37,6 @@ Neither changes what a command or script does or prints.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import time
@@ -45,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+from filelock import FileLock
 
 NODE_START_LOCK = os.environ.get("SUITE_NODE_START_LOCK")
 STARTS_A_NODE = re.compile(r"\bray start\b")
@@ -147,8 +147,7 @@ def node_start_turn(command: str):
         yield []
         return
     prefix = ["nice", "-n", str(NODE_START_NICE)] if may_raise() else []
-    with open(NODE_START_LOCK, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(NODE_START_LOCK):  # the same kind of lock as heavy.turn's
         try:
             before = raylets_here()
             yield prefix
@@ -161,7 +160,6 @@ def node_start_turn(command: str):
         finally:
             if prefix:
                 back_to_default_priority()
-            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def back_to_default_priority() -> None:
