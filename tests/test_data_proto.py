@@ -335,6 +335,14 @@ def test_chunk_equal_parts_and_concat_round_trip():
     assert_same(DataProto.concat(parts), data)
 
 
+def test_chunk_into_one_part_is_the_whole_batch():
+    # one rank: the worker group chunks by its world size, 1 included
+    data = make(5)
+    (whole,) = data.chunk(1)
+    assert_same(whole, data)
+    assert whole.meta_info == data.meta_info
+
+
 def test_chunk_errors():
     with pytest.raises(BatchSplitError, match="batch of size 5 into 2 equal parts") as info:
         make(5).chunk(2)

@@ -417,12 +417,19 @@ def test_an_async_worker_method_is_awaited_in_the_worker(pool):
     assert wg.nap_and_report(0.01) == [0, 1]
 
 
-def test_a_detached_pool_starts_detached_actors(pool):
-    from ray._private.state import actors  # the public state API needs the dashboard
+def test_a_detached_pool_starts_detached_actors_in_detached_placement_groups(pool):
+    from ray._private.state import actors, state  # the public state API needs the dashboard
+    from ray.core.generated.gcs_pb2 import PlacementGroupTableData
+
+    def group_is_detached(pg) -> bool:  # what placement_group_table reads, lifetime kept
+        record = state._connect_and_get_accessor().get_placement_group_info(pg.id)
+        return PlacementGroupTableData.FromString(record).is_detached
 
     for detached in (False, True):
-        wg = RayWorkerGroup(pool((1,), detached=detached), RayClassWithInitArgs(Accumulator))
+        resource_pool = pool((1,), detached=detached)
+        wg = RayWorkerGroup(resource_pool, RayClassWithInitArgs(Accumulator))
         assert [actors(w._actor_id.hex())["IsDetached"] for w in wg.workers] == [detached]
+        assert [group_is_detached(pg) for pg in resource_pool.get_placement_groups()] == [detached]
 
 
 def test_bin_pack_false_reserves_pack_placement_groups(pool):
