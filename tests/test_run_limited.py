@@ -7,13 +7,14 @@ reported, and what a block wrote.
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
 
-from run_limited import Finished, run_limited
+from run_limited import Finished, become_subreaper, reap_adopted, run_limited
 
 pytestmark = pytest.mark.reads_docs()
 
@@ -61,6 +62,39 @@ def test_sweep_kills_a_process_that_left_the_group(tmp_path):
     assert done.returncode == 0 and not done.killed
     daemon = int(done.stdout.split()[0])
     assert gone(daemon), "the detached process outlived the command"
+
+
+def state(pid: int) -> str | None:
+    """``pid``'s state letter in /proc ("Z": a zombie), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
+
+
+def until(condition, within_s: float = 30) -> bool:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreaper: Linux only")
+def test_reap_adopted_collects_an_adopted_zombie_and_leaves_keep_to_its_waiter(tmp_path):
+    become_subreaper()  # as the shell pages' terminal is
+    kept = subprocess.Popen(["true"])  # a command that some Popen is still waiting for
+    # bash leaves a child behind and exits: we adopt the orphan, which then exits too
+    orphan = subprocess.run(
+        ["bash", "-c", "(sleep 0.5) & echo $!"], capture_output=True, text=True, check=True
+    )
+    adopted = int(orphan.stdout)
+    assert until(lambda: state(adopted) == "Z" and state(kept.pid) == "Z")
+    reap_adopted(keep=kept.pid)
+    assert state(adopted) is None, "the adopted zombie was not collected"
+    assert state(kept.pid) == "Z" and kept.wait(timeout=10) == 0  # its status is still there
 
 
 def test_a_signal_death_is_a_negative_code_not_a_kill_at_the_limit():

@@ -181,7 +181,7 @@ def wait(process, seconds, capture, waiting):
             return None, (None, None)
 
 
-def reap_adopted(keep: int) -> None:
+def reap_adopted(keep: int | None = None) -> None:
     """Collect our exited children except ``keep``: orphans adopted as a subreaper.
 
     An adopted daemon that has exited stays a zombie until we reap it, and a command that

@@ -49,7 +49,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from run_limited import become_subreaper, run_limited
+from run_limited import become_subreaper, reap_adopted, run_limited
 from tests.docblocks.match import clean, matches
 from tests.docblocks.node_starts import (
     NODE_BOOT_S,
@@ -176,21 +176,6 @@ class FileBlock:
     source: str
 
 
-def reap_adopted(keep: set[int] = frozenset()) -> None:
-    """Collect adopted daemons that have exited, so `ray stop` does not wait on zombies.
-
-    Only zombie children are collected, one pid at a time, never ``keep`` (the
-    shell we are waiting for): ``os.waitpid(-1)`` would steal the exit status of
-    processes that a ``subprocess.Popen`` in this process is waiting for.
-    """
-    for child in psutil.Process().children():
-        try:
-            if child.pid not in keep and child.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(child.pid, os.WNOHANG)
-        except (psutil.NoSuchProcess, ChildProcessError):
-            pass
-
-
 @dataclass
 class Sandbox:
     """One page's terminal: working directory, HOME, RAY_TMPDIR and carried-over state."""
@@ -264,7 +249,7 @@ class Sandbox:
                     set_group_nice(process.pid, NODE_START_NICE)
                 else:
                     watch.check(process)
-                reap_adopted(keep={process.pid})
+                reap_adopted(keep=process.pid)
 
             done = run_limited(
                 [*prefix, "bash", "-c", script], timeout, log=log, env={"PATH": os.environ["PATH"]},
