@@ -65,6 +65,11 @@ SMALL = [  # a batch veRL's checks accept on 1, 2, 3, 4, 6 or 8 GPUs
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
 ]
 
+# TransferQueue's storage units start (tq.init) before veRL's pools are checked, each a
+# process that imports transfer_queue: 2 instead of the default 8, where a test is not
+# about them.
+FEWER_STORAGE_UNITS = ["transfer_queue.backend.SimpleStorage.num_data_storage_units=2"]
+
 
 def plan(
     tmp_path: Path, clusters: list[str], overrides: list[str], limit: float = 240
@@ -127,7 +132,9 @@ def test_the_recorded_cpu_run_is_planned_with_the_same_actors_pool_and_cpus(tmp_
 @pytest.mark.timeout(900)
 def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
     code, got, text = plan(
-        tmp_path, ["1x4x12", "1x2x6"], SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"]
+        tmp_path,
+        ["1x4x12", "1x2x6"],
+        SMALL + ["trainer.nnodes=2", "trainer.n_gpus_per_node=4"] + FEWER_STORAGE_UNITS,
     )
     assert code == 1 and got["outcome"] == "raised", text
     assert (
@@ -139,6 +146,7 @@ def test_four_plus_two_gpus_asked_as_two_by_four_is_refused_by_verl(tmp_path):
 @pytest.mark.heavy  # veRL on that cluster: one at a time across workers (heavy.py)
 @pytest.mark.timeout(900)
 def test_a_head_without_cpus_stops_verl_with_unschedulable_storage_units(tmp_path):
+    # TransferQueue's defaults, as troubleshooting/hangs.md's run has them
     code, got, text = plan(
         tmp_path,
         ["1x0x0", "1x1x16"],
@@ -177,8 +185,8 @@ def test_a_trtllm_replica_over_two_nodes_starts_one_server(tmp_path):
             # fewer of the actors this test does not look at: each is a process to start
             "actor_rollout_ref.rollout.agent.num_workers=1",
             "reward.num_workers=1",
-            "transfer_queue.backend.SimpleStorage.num_data_storage_units=2",
-        ],
+        ]
+        + FEWER_STORAGE_UNITS,
     )
     assert code == 0, text
     servers = [a for a in got["actors"] if a["role"] == "rollout server"]
