@@ -49,6 +49,11 @@ def one_list_per_rank(worker_group, *args, **kwargs):
     return [list(args) for _ in range(worker_group.world_size)]
 
 
+def args_without_kwargs(worker_group, *args, **kwargs):
+    """Another slip: the per-rank arguments alone, the kwargs dict forgotten."""
+    return ([args] * worker_group.world_size,)
+
+
 def collect_all(worker_group, outputs):
     return outputs
 
@@ -56,6 +61,10 @@ def collect_all(worker_group, outputs):
 class Doubler(Worker):
     @register({"dispatch_fn": one_list_per_rank, "collect_fn": collect_all})
     def echo(self, value):
+        return value
+
+    @register({"dispatch_fn": args_without_kwargs, "collect_fn": collect_all})
+    def echo_again(self, value):
         return value
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -239,6 +248,12 @@ def test_a_dispatch_fn_that_returns_a_list_is_named_with_what_it_returned(double
     named = r"the dispatch_fn of echo\(\) must return \(args, kwargs\).*got list: \[\[7\], \[7\]\]"
     with pytest.raises(DispatchError, match=named):
         doublers.echo(7)
+
+
+def test_a_dispatch_fn_that_forgets_the_kwargs_is_named_with_what_it_returned(doublers):
+    named = r"the dispatch_fn of echo_again\(\) must return \(args, kwargs\).*got tuple: "
+    with pytest.raises(DispatchError, match=named):
+        doublers.echo_again(7)
 
 
 def test_a_worker_method_that_raises_names_the_rank_and_method(doublers):
