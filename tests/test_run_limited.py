@@ -21,24 +21,34 @@ pytestmark = pytest.mark.reads_docs()
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 
 
-def alive(pid: int) -> bool:
-    """Is ``pid`` a live process (not a zombie)?"""
+def state(pid: int) -> str | None:
+    """``pid``'s state letter in /proc ("Z": a zombie), or None once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+            return stat.read().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
-        return False
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Is ``pid`` a live process (not a zombie)?"""
+    return state(pid) not in (None, "Z")
+
+
+def until(condition, within_s: float) -> bool:
+    """Does ``condition()`` hold within ``within_s``? (Looked at every 0.05 s.)"""
+    deadline = time.monotonic() + within_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def gone(pid: int, within_s: float = 10) -> bool:
     """Is ``pid`` dead within ``within_s``? A process sent SIGKILL is not gone at once: on a
     busy machine the kernel may take a moment to tear it down."""
-    deadline = time.monotonic() + within_s
-    while alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
+    return until(lambda: not alive(pid), within_s)
 
 
 def test_at_its_limit_the_command_and_its_group_are_killed(tmp_path):
@@ -64,24 +74,6 @@ def test_sweep_kills_a_process_that_left_the_group(tmp_path):
     assert gone(daemon), "the detached process outlived the command"
 
 
-def state(pid: int) -> str | None:
-    """``pid``'s state letter in /proc ("Z": a zombie), or None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return None
-
-
-def until(condition, within_s: float = 30) -> bool:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="subreaper: Linux only")
 def test_reap_adopted_collects_an_adopted_zombie_and_leaves_keep_to_its_waiter(tmp_path):
     become_subreaper()  # as the shell pages' terminal is
@@ -91,7 +83,7 @@ def test_reap_adopted_collects_an_adopted_zombie_and_leaves_keep_to_its_waiter(t
         ["bash", "-c", "(sleep 0.5) & echo $!"], capture_output=True, text=True, check=True
     )
     adopted = int(orphan.stdout)
-    assert until(lambda: state(adopted) == "Z" and state(kept.pid) == "Z")
+    assert until(lambda: state(adopted) == "Z" and state(kept.pid) == "Z", within_s=30)
     reap_adopted(keep=kept.pid)
     assert state(adopted) is None, "the adopted zombie was not collected"
     assert state(kept.pid) == "Z" and kept.wait(timeout=10) == 0  # its status is still there
