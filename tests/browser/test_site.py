@@ -237,6 +237,12 @@ SEARCHES = [
     ("zh", "单控制器", "verl/"),
     ("zh", "头节点", "cluster/start/"),
     ("zh", "幂等", "cluster/faults/"),
+    # A command's name finds the page that documents it (not a troubleshooting entry that
+    # merely mentions it: pasted_messages leaves those out).
+    ("en", "ray status", "cluster/tools/"),
+    ("zh", "ray status", "cluster/tools/"),
+    ("en", "ray debug", "troubleshooting/debugging/"),
+    ("zh", "ray debug", "troubleshooting/debugging/"),
 ]
 
 
@@ -311,8 +317,11 @@ def test_search_returns_pages_of_the_readers_language(site, browser, search_page
 # A reader pastes the message they see into the search box (troubleshooting chapter, #14):
 # the result list must lead to the entry whose heading is that message, in either language.
 # Every entry of the chapter whose heading is a message, read from the English pages; a
-# placeholder such as <n> becomes a number, as in a real log line.
+# placeholder such as <n> becomes a number, as in a real log line. A heading that names a
+# `ray` command (`ray status` shows 4 GPUs, ...) quotes no message: a search for the bare
+# command should find the command's own section first, and SEARCHES checks that it does.
 ENTRY_HEADING = re.compile(r"^## `([^`]+)`.*\{#([a-z0-9-]+)\}\s*$", re.M)
+RAY_COMMAND = re.compile(r"ray [a-z-]+")
 
 
 def pasted_messages() -> list[tuple[str, tuple[str, ...]]]:
@@ -321,6 +330,8 @@ def pasted_messages() -> list[tuple[str, tuple[str, ...]]]:
         if page.name.endswith(".zh.md"):
             continue
         for message, anchor in ENTRY_HEADING.findall(page.read_text("utf-8")):
+            if RAY_COMMAND.fullmatch(message):
+                continue
             pasted = message.replace("<n>", "12").strip()
             entries.setdefault(pasted, []).append(f"troubleshooting/{page.stem}/#{anchor}")
     return [(message, tuple(found)) for message, found in entries.items()]
