@@ -266,6 +266,12 @@ def test_union_conflicts():
         shorter.union(longer)
     with pytest.raises(ValueError, match="cannot union batches of size 3 and 2"):
         data.union(make(2))
+    # A tensor on either side is compared as a tensor, which wants a tensor on the other
+    # side too: a 0-d tensor is not the float it holds (`==` between them says it is).
+    as_tensor = DataProto(meta_info={"scale": torch.tensor(2.0)})
+    as_float = DataProto(meta_info={"scale": 2.0})
+    with pytest.raises(ValueError, match=r"union conflict: meta_info\['scale'\] differs"):
+        as_float.union(as_tensor)
 
 
 # ---- rows -----------------------------------------------------------------------------------
@@ -386,6 +392,9 @@ def test_concat_errors():
         DataProto.concat([make(1), numpy_only])
     with pytest.raises(ValueError, match=r"non_tensor_batch keys differ: \['extra', 'prompt'\]"):
         DataProto.concat([make(1), make(1).select(non_tensor_batch_keys=["prompt"])])
+    # A later part with a key more than the first: kept silently, its values would be dropped.
+    with pytest.raises(ValueError, match=r"non_tensor_batch keys differ: \['prompt'\] vs"):
+        DataProto.concat([make(1).select(non_tensor_batch_keys=["prompt"]), make(1)])
 
 
 def test_repeat_interleave_vs_tile():

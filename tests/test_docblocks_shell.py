@@ -14,7 +14,7 @@ import pytest
 
 from tests.docblocks.match import clean
 from tests.docblocks.node_starts import NODE_BOOT_S
-from tests.docblocks.shell_blocks import DEFAULT_TIMEOUT_S, options_of, parse_console
+from tests.docblocks.shell_blocks import DEFAULT_TIMEOUT_S, options_of, parse_console, pressure
 from tests.test_docblocks import CONFTEST, run_page
 
 pytestmark = pytest.mark.reads_docs()
@@ -202,6 +202,13 @@ def test_timeout_fails_instead_of_hanging(pytester):
     result.stdout.fnmatch_lines(["*`sleep 30` did not finish within 1 s*"])
 
 
+def test_a_timeout_shows_what_the_command_printed_so_far(pytester):
+    page = '<!-- block: run timeout=1 -->\n~~~console\n$ echo "$((6 * 7))"; sleep 30\n~~~\n'
+    result = run_page(pytester, page)
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*did not finish within 1 s; its output so far:*", "*42"])
+
+
 def test_retry_reruns_until_the_output_matches(pytester):
     result = run_page(
         pytester,
@@ -308,6 +315,8 @@ def test_console_parsing_and_cleaning():
         parse_console("output first\n$ true\n")
     with pytest.raises(ValueError, match="line 2 of a console block is output"):  # 1-based
         parse_console("\noutput after a blank line\n$ true\n")
+    with pytest.raises(ValueError, match="line 3 of a console block is output"):
+        parse_console("\n\noutput after two blank lines\n$ true\n")
     # blank lines between commands are skipped, not the end of the block
     assert [c.text for c in parse_console("\n$ true\n\n$ false\n")] == ["true", "false"]
     raw = (
@@ -336,3 +345,9 @@ def test_a_blocks_item_limit_adds_up_its_commands_limits(pytester):
     (item,) = items
     expected = 2 * (600 + 100) + DEFAULT_TIMEOUT_S + NODE_BOOT_S
     assert item.get_closest_marker("timeout").args[0] == pytest.approx(expected)
+
+
+def test_pressure_is_a_question_mark_where_the_kernel_has_none():
+    # Kernels before 4.20, or built without PSI, have no /proc/pressure: the failure
+    # message still comes, with "?".
+    assert pressure("no-such-resource") == "?"
