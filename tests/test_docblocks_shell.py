@@ -157,31 +157,6 @@ def test_sandbox_does_not_inherit_what_ray_init_set_in_the_worker(pytester, monk
     result.assert_outcomes(passed=1)
 
 
-def test_the_suites_ray_setting_reaches_a_pages_terminal_and_its_script(pytester):
-    # SUITE_RAY_CONFIG: no idle workers started in advance. The terminal drops the RAY_
-    # variables it inherits (a reader's terminal has none) and sets this one again; a page's
-    # python blocks run in a script that inherits this process's environment.
-    terminal = """
-        ~~~console
-        $ echo "${RAY_prestart_worker_first_driver:-unset}"
-        0
-        ~~~
-        """
-    script = """
-        ~~~python
-        import os
-
-        print(os.environ.get("RAY_prestart_worker_first_driver", "unset"))
-        ~~~
-
-        ~~~output
-        0
-        ~~~
-        """
-    run_page(pytester, terminal).assert_outcomes(passed=1)
-    run_page(pytester, script).assert_outcomes(passed=2)  # the python block and its output
-
-
 def test_a_failure_shows_the_logs_that_background_commands_wrote(pytester):
     page = (
         "~~~console\n"

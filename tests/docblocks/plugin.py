@@ -25,7 +25,6 @@ veRL 0.9.1 itself (``on_verl.py``). ``nox -s upstream`` does this.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -56,7 +55,6 @@ from tests.docblocks.python_blocks import (
     report_problem,
 )
 from tests.docblocks.shell_blocks import (
-    SUITE_RAY_CONFIG,
     FileBlock,
     ShellBlock,
     end_page,
@@ -109,7 +107,6 @@ def pytest_configure(config):
     update_outputs.ENABLED["value"] = config.getoption(update_outputs.OPTION)
     CONFIG["value"] = config
     BACKEND["value"] = config.getoption("--backend")
-    os.environ.update(SUITE_RAY_CONFIG)
     config.addinivalue_line(
         "markers",
         f"{cache.READS_DOCS}(*paths): the files or folders under docs/ that a test module "

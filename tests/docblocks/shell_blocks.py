@@ -71,17 +71,6 @@ DEFAULT_TIMEOUT_S = 120.0
 SET_BY_RAY_INIT = ("PYTHONBREAKPOINT",)
 RAY_INIT_VARS_AT_START = {name: os.environ[name] for name in SET_BY_RAY_INIT if name in os.environ}
 
-# The one Ray setting the suite changes, for every item and every page's terminal (the
-# plugin's pytest_configure puts it in this process's environment, which page scripts and
-# in-process clusters inherit; Sandbox.create passes it on). When a node's first driver
-# connects, its raylet starts one Python worker per CPU in advance (`ray::IDLE`, the
-# raylet's `prestart_worker_first_driver`, on by default), so that the first tasks find a
-# worker ready. Most pages start a node of 2-8 CPUs and use fewer workers than that, and
-# each unused one is a Python process that imports Ray for nothing: with it off, the
-# workers a page uses are started when its tasks and actors ask for them. What a page
-# prints does not depend on it (no page counts idle workers).
-SUITE_RAY_CONFIG = {"RAY_prestart_worker_first_driver": "0"}
-
 
 @dataclass
 class Command:
@@ -207,7 +196,6 @@ class Sandbox:
             if not k.startswith(("RAY_", "PYTEST_")) and k not in SET_BY_RAY_INIT
         }
         env.update(RAY_INIT_VARS_AT_START)
-        env.update(SUITE_RAY_CONFIG)
         env.update(HOME=str(root / "home"), RAY_TMPDIR=str(root / "ray"), TERM="dumb")
         (root / "env").write_text(
             "".join(f"export {k}={shlex.quote(v)}\n" for k, v in sorted(env.items()))
