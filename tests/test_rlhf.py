@@ -355,6 +355,25 @@ def test_a_few_steps_report_every_metric(tmp_path, algo, layout):
 
 
 @pytest.mark.rlhf
+def test_the_static_rollout_trains_on_the_same_trajectory_as_the_eager_one(tmp_path):
+    """enforce_eager=false samples through StaticRollout (eager here, a CUDA graph on a GPU).
+    Greedy (top_p -> 0), both samplers draw the same tokens, so two steps of training give
+    the same metrics; the two runs differ in nothing else."""
+    runs = {}
+    for eager in ("true", "false"):
+        out = tmp_path / f"eager-{eager}"
+        greedy = ("--set", "top_p=1e-9", "--set", f"enforce_eager={eager}")
+        run_cli(out, "--total-steps", "2", *SHORT, *greedy)
+        runs[eager] = metrics(out)[1:]
+    for name in ("critic/score/mean", "response_length/mean", "actor/pg_loss", "actor/grad_norm"):
+        assert [r[name] for r in runs["true"]] == [r[name] for r in runs["false"]], name
+    # The sampler's own log-probs are the actor's, step after step: its copy of the weights
+    # is the one the trainer updates in place (fp32 on a CPU, so up to rounding).
+    assert all(r["training/rollout_probs_diff_max"] < 1e-5 for r in runs["false"]), runs["false"]
+    assert not any("training/rollout_probs_diff_max" in r for r in runs["true"])
+
+
+@pytest.mark.rlhf
 def test_a_killed_run_resumes_on_the_same_trajectory(tmp_path):
     args = ("--algo", "ppo", "--total-steps", "6", "--save-freq", "3", *SHORT)
     process = run_cli(tmp_path, *args, wait=False)

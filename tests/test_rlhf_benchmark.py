@@ -96,6 +96,8 @@ def test_rollout_speed_benchmark_reports_the_ratio_to_transformers_generate():
     print(done.stdout)
     match = re.search(r"^ours/transformers tokens/s: (\S+)x$", done.stdout, re.MULTILINE)
     assert match and float(match.group(1)) > 0, done.stdout
+    static = re.search(r"^static/transformers tokens/s: (\S+)x$", done.stdout, re.MULTILINE)
+    assert static and float(static.group(1)) > 0, done.stdout
 
 
 @pytest.mark.rlhf

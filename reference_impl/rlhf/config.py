@@ -50,6 +50,11 @@ class RLHFConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     max_new_tokens: int = 4
+    # false: sample with a static KV cache, the decode step replayed as a CUDA graph on a GPU
+    # and run eagerly on a CPU (reference_impl/rlhf/static_rollout.py). veRL's name
+    # (actor_rollout_ref.rollout.enforce_eager); its default is false, ours true: the graph
+    # path has not yet been measured in a training run on a GPU.
+    enforce_eager: bool = True
     # --- actor ---
     actor_lr: float = 3e-4
     # Prompts per optimiser step over all ranks; the mini-batch holds ppo_mini_batch_size * n

@@ -223,6 +223,13 @@ class RLHFTrainer:
             "critic/advantages/mean": b["advantages"][mask].mean().item(),
             "critic/returns/mean": b["returns"][mask].mean().item(),
         }
+        if "rollout_log_probs" in b.keys():  # enforce_eager=False: the sampler's own log-probs
+            # How far the rollout's token probabilities are from the actor's, as veRL reports
+            # them (verl/utils/debug/metrics.py (calculate_debug_metrics)): 0 up to rounding
+            # when both hold the same weights at the same precision.
+            diff = (b["old_log_probs"].exp() - b["rollout_log_probs"].exp()).abs()[mask]
+            metrics["training/rollout_probs_diff_max"] = diff.max().item()
+            metrics["training/rollout_probs_diff_mean"] = diff.mean().item()
         if self.config.use_critic:
             returns, values = b["returns"][mask], b["values"][mask]
             metrics["critic/values/mean"] = values.mean().item()

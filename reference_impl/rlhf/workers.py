@@ -52,6 +52,7 @@ from reference_impl.rlhf.config import RLHFConfig
 from reference_impl.rlhf.metrics import device_peak_flops
 from reference_impl.rlhf.model import build_actor, build_critic, qwen2_config
 from reference_impl.rlhf.rollout import generate, response_log_probs
+from reference_impl.rlhf.static_rollout import StaticRollout
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.worker import Worker
 
@@ -248,6 +249,7 @@ class ActorRolloutRefWorker(_ModelWorker):
         self.actor = self._shard(model)
         self.optimizer = make_optimizer(self.actor, c.actor_lr)
         self.sample_rng = torch.Generator(self.device).manual_seed(c.seed * 7919 + self.rank)
+        self.static_rollouts: dict[tuple[int, int], StaticRollout] = {}  # enforce_eager=False
         return sum(p.numel() for p in self.rollout.parameters())
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -306,21 +308,45 @@ class ActorRolloutRefWorker(_ModelWorker):
         start = time.perf_counter()
         engine.copy_full_weights(self.actor, self.rollout)
         sync_s = time.perf_counter() - start
-        out = generate(
-            self.rollout,
-            prompts.batch["input_ids"].to(self.device),
-            max_new_tokens=c.max_new_tokens,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            temperature=c.temperature,
-            top_p=c.top_p,
-            generator=self.sample_rng,
-        )
+        input_ids = prompts.batch["input_ids"].to(self.device)
+        if c.enforce_eager:
+            out = generate(
+                self.rollout,
+                input_ids,
+                max_new_tokens=c.max_new_tokens,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                temperature=c.temperature,
+                top_p=c.top_p,
+                generator=self.sample_rng,
+            )
+        else:
+            # Its rollout_log_probs ride along, for the trainer's rollout-against-actor metric;
+            # old_log_probs are still the actor's, as in veRL outside its bypass mode.
+            out = self._static_rollout(*input_ids.shape).generate(input_ids)
         out.pop("prompts")
         metrics = average_over_ranks({"timing_s/weight_sync": sync_s})
         return DataProto.from_dict(
             tensors={k: v.cpu() for k, v in out.items()}, meta_info={"metrics": metrics}
         )
+
+    def _static_rollout(self, batch: int, prompt_length: int) -> StaticRollout:
+        """The static-cache sampler for this shape, built (and on a GPU captured) once: the
+        rollout copy's weights change in place, which a captured graph sees."""
+        if (batch, prompt_length) not in self.static_rollouts:
+            c = self.config
+            self.static_rollouts[batch, prompt_length] = StaticRollout(
+                self.rollout,
+                batch,
+                prompt_length,
+                c.max_new_tokens,
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=self.tokenizer.pad_token_id,
+                temperature=c.temperature,
+                top_p=c.top_p,
+                generator=self.sample_rng,
+            )
+        return self.static_rollouts[batch, prompt_length]
 
     # --- log-probs -------------------------------------------------------------
 

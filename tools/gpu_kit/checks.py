@@ -207,9 +207,15 @@ def main(argv: list[str] | None = None) -> int:
             "rollout", rollout_cmd, min(ROLLOUT_CAP_S, left()), results
         )
         ratio = last_line(results / "rollout.log", r"^ours/transformers tokens/s: (\S+)x$")
+        static = last_line(results / "rollout.log", r"^static/transformers tokens/s: (\S+)x$")
         rollout["ratio"] = float(ratio) if ratio else None
+        rollout["static_ratio"] = float(static) if static else None
         rollout["ok"] = rollout["exit_code"] == 0 and rollout["ratio"] is not None
-        report("rollout", f"ours/transformers tokens/s {ratio or '?'}x (see rollout.log)")
+        report(
+            "rollout",
+            f"ours/transformers tokens/s {ratio or '?'}x, StaticRollout {static or '?'}x "
+            "(see rollout.log)",
+        )
 
     # c, d. learning, MFU, stage shares
     if "learning" in only:
