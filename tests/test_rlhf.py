@@ -20,10 +20,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from reference_impl.rlhf.config import ConfigError, check, make_config
+from reference_impl.rlhf.metrics import score_metrics
 from reference_impl.rlhf.model import PRESETS, build_actor, count_parameters, qwen2_config
 from reference_impl.rlhf.rollout import generate, response_log_probs, top_p_filter
 from reference_impl.rlhf.task import DigitSumTask
@@ -187,6 +189,31 @@ def test_log_probs_of_a_response_token_come_from_the_logits_one_position_earlier
 # --- configuration errors -------------------------------------------------------------------
 
 
+def test_score_metrics_count_groups_with_one_score_and_hits_per_target():
+    # Four prompts of two responses each, interleaved: a group is its uid, not its rows.
+    uid = np.array(["a", "b", "c", "d", "a", "b", "c", "d"], dtype=object)
+    scores = torch.tensor([1.0, 0.9, 0.5, 0.0, 1.0, 1.0, 0.5, 0.0])
+    exact = scores == 1.0
+    targets = torch.tensor([3, 3, 5, 7, 3, 3, 5, 7])
+    got = score_metrics(scores, exact, targets, uid)
+    one_each = score_metrics(scores, exact, targets, np.array(list("abcdefgh"), dtype=object))
+    assert "reward/zero_variance_groups" not in one_each  # PPO: n = 1
+    # A prompt with one response has nothing to compare: it is left out, not counted as same.
+    mixed = score_metrics(
+        torch.tensor([1.0, 0.0, 1.0, 1.0, 0.3]),
+        torch.tensor([True, False, True, True, False]),
+        torch.tensor([3, 3, 5, 5, 7]),
+        np.array(list("aabbe"), dtype=object),
+    )
+    assert mixed["reward/zero_variance_groups"] == 0.5  # b, of a and b
+    assert got == {
+        "reward/zero_variance_groups": 0.75,  # a (1, 1), c (0.5, 0.5), d (0, 0); not b
+        "reward/exact_match/target_3": 0.75,
+        "reward/exact_match/target_5": 0.0,
+        "reward/exact_match/target_7": 0.0,
+    }
+
+
 def test_a_batch_that_does_not_split_across_ranks_is_refused():
     with pytest.raises(ConfigError, match=r"do not split across world_size=2.*multiple of"):
         make_config("ppo", train_batch_size=3, n=1, ppo_mini_batch_size=1)
@@ -303,6 +330,7 @@ REQUIRED = [
     "critic/score/mean",
     "response_length/mean",
     "reward/exact_match",
+    "actor/grad_clipped",
 ]
 SHORT = ("--set", "warmup_steps=20")  # a short format warm-up: these runs check plumbing
 PPO_ONLY = ["timing_s/values", "timing_s/update_critic", "critic/vf_explained_var"]
@@ -349,6 +377,9 @@ def test_a_few_steps_report_every_metric(tmp_path, algo, layout):
         assert 0 <= row["critic/score/mean"] <= 1
         if algo == "grpo":  # no critic: none of its stages or metrics
             assert not [n for n in PPO_ONLY if n in row], row
+            assert 0 <= row["reward/zero_variance_groups"] <= 1
+        per_target = [n for n in row if n.startswith("reward/exact_match/target_")]
+        assert per_target and all(0 <= row[n] <= 1 for n in per_target), row
     # The library draws nothing: charts are benchmarks/charts.py's (tests/test_records.py).
     assert not list(tmp_path.glob("*.png"))
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))

@@ -4,11 +4,12 @@ Names follow veRL 0.9.1's ``verl/trainer/ppo/metric_utils.py``
 (``compute_data_metrics``, ``compute_throughout_metrics``): ``critic/score/mean`` is
 the mean task score, ``response_length/mean`` the mean number of generated tokens,
 ``timing_s/<stage>`` the seconds each stage of the step took, ``perf/throughput``
-the tokens (prompt + response) processed per second per worker. One name is ours:
+the tokens (prompt + response) processed per second per worker. Some names are ours:
 ``timing_s/weight_sync``, the all-gather into the in-process rollout model inside
-``timing_s/gen``; veRL 0.9.1 times its weight transfer to the rollout servers as
-``timing_s/update_weights``, at the end of the step
-(``verl/trainer/ppo/v1/trainer_sync.py`` (``PPOTrainerSync.on_step_end``)).
+``timing_s/gen`` (veRL 0.9.1 times its weight transfer to the rollout servers as
+``timing_s/update_weights``, at the end of the step:
+``verl/trainer/ppo/v1/trainer_sync.py`` (``PPOTrainerSync.on_step_end``)), and the task's
+diagnostics of :func:`score_metrics`; the full list is on ``docs/rlhf/index.md#metrics``.
 
 MFU. A training step of a decoder with ``N`` non-embedding parameters costs
 about ``6 N`` FLOPs per token (2 forward, 4 backward; Kaplan et al. 2020), plus
@@ -29,6 +30,7 @@ import json
 import os
 import time
 
+import numpy as np
 import torch
 
 from reference_impl.rlhf.model import ModelShape
@@ -107,6 +109,42 @@ class MetricsLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+
+def score_metrics(
+    scores: torch.Tensor, exact: torch.Tensor, targets: torch.Tensor, uid
+) -> dict[str, float]:
+    """Why a GRPO step learns little: groups with nothing to compare, and targets not yet solved.
+
+    Args:
+        scores: float [B], each response's task score.
+        exact: bool [B], whether the response's digits sum to its target exactly.
+        targets: int64 [B], each response's target.
+        uid: [B] array, one id per prompt: a prompt's ``n`` responses share it.
+
+    Returns:
+        ``reward/zero_variance_groups``: the fraction of prompts whose responses all scored
+        the same (among prompts with more than one response; absent when there are none),
+        so that their GRPO advantages (score minus the group's mean) are all 0 and they add
+        nothing to the policy gradient; ``reward/exact_match/target_<T>``: exact match among
+        the responses to prompts with target ``T``, for each ``T`` in the batch.
+        Both are ours; veRL 0.9.1 logs neither.
+    """
+    _, group = np.unique(np.asarray(uid), return_inverse=True)
+    group = torch.as_tensor(group.reshape(-1))
+    count = int(group.max()) + 1
+    scores = scores.float()
+    lowest = torch.full((count,), float("inf")).scatter_reduce(0, group, scores, "amin")
+    highest = torch.full((count,), float("-inf")).scatter_reduce(0, group, scores, "amax")
+    metrics = {}
+    several = torch.bincount(group, minlength=count) > 1  # PPO's n = 1: nothing to compare
+    if several.any():
+        same = (lowest == highest)[several]
+        metrics["reward/zero_variance_groups"] = same.float().mean().item()
+    for target in torch.unique(targets).tolist():
+        hits = exact[targets == target].float().mean().item()
+        metrics[f"reward/exact_match/target_{target}"] = hits
+    return metrics
 
 
 def read_metrics(path: str) -> list[dict]:

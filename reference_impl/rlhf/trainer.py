@@ -40,7 +40,7 @@ from reference_impl.data_proto import DataProto
 from reference_impl.resource_pool import RayResourcePool
 from reference_impl.rlhf import checkpoint, core_algos
 from reference_impl.rlhf.config import RLHFConfig, check
-from reference_impl.rlhf.metrics import MetricsLog, train_flops
+from reference_impl.rlhf.metrics import MetricsLog, score_metrics, train_flops
 from reference_impl.rlhf.task import DigitSumTask
 from reference_impl.rlhf.tokenizer import CharTokenizer
 from reference_impl.rlhf.workers import ActorRolloutRefWorker, CriticWorker
@@ -223,6 +223,7 @@ class RLHFTrainer:
             "critic/advantages/mean": b["advantages"][mask].mean().item(),
             "critic/returns/mean": b["returns"][mask].mean().item(),
         }
+        metrics.update(score_metrics(scores, exact, b["targets"], batch.non_tensor_batch["uid"]))
         if "rollout_log_probs" in b.keys():  # enforce_eager=False: the sampler's own log-probs
             # How far the rollout's token probabilities are from the actor's, as veRL reports
             # them (verl/utils/debug/metrics.py (calculate_debug_metrics)): 0 up to rounding

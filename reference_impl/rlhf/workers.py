@@ -400,7 +400,8 @@ class ActorRolloutRefWorker(_ModelWorker):
         ``response_mask``, ``old_log_probs``, ``advantages`` (and ``ref_log_prob``
         when ``use_kl_loss``). Returns the metrics ``actor/pg_loss``,
         ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/entropy``,
-        ``actor/kl_loss``, ``actor/grad_norm`` (means over mini-batches and ranks).
+        ``actor/kl_loss``, ``actor/grad_norm`` and ``actor/grad_clipped`` (means over
+        mini-batches and ranks).
         """
         c = self.config
         data = self._to_device(data)
@@ -419,6 +420,8 @@ class ActorRolloutRefWorker(_ModelWorker):
                     totals[key] = totals.get(key, 0.0) + value.detach()
             step = {key: value.item() for key, value in totals.items()}
             step["actor/grad_norm"] = engine.clip_grad_norm(self.actor, c.grad_clip)
+            # 1 when the clip scaled this optimiser step's gradient down: averaged, how often.
+            step["actor/grad_clipped"] = float(step["actor/grad_norm"] > c.grad_clip)
             self.optimizer.step()
             steps.append(step)
         return metrics_of(steps)
