@@ -24,7 +24,12 @@ e. ``docs``: the pages with blocks marked GPU-only, one pytest run per page, up 
    of the section that holds its last GPU-only block (:func:`gpu_pages`): the items after
    it are deselected, and the page runner then cuts the page's script after the last
    selected block, so the rest of the page does not run. Each page has its own cap
-   (``page_caps.json``, with where its figures come from) and prints its wall time.
+   (``page_caps.json``, with where its figures come from) and prints its wall time;
+f. ``perf``, only when asked for by name (``GPU_KIT_CHECKS=smoke,perf``, with
+   ``GPU_KIT_LIMIT_S=600``): issue 41's measurements at Qwen2.5-0.5B's real shape,
+   ``benchmarks/rlhf_gpu_perf.py`` (the actor update: padded, packed, token budget) and
+   ``benchmarks/rlhf_generation.py --compile`` at the toy and the real shape (the rollout:
+   ``StaticRollout``'s CUDA graph and transformers' static cache + ``torch.compile``).
 
 The rollout goes before the learning run and the doc blocks after it: the learning run's
 figures are the ones that need the most time, the doc blocks the ones whose time is best
@@ -55,6 +60,14 @@ PAGE_CAPS = json.loads((Path(__file__).with_name("page_caps.json")).read_text())
 DOCS_CAP_S = sum(PAGE_CAPS["caps_s"].values())
 ROLLOUT_REPEATS = 5
 CHECKS = ("smoke", "rollout", "learning", "docs")
+# Asked for by name only (GPU_KIT_CHECKS=smoke,perf): issue 41's measurements at a real shape,
+# each (name, script and arguments, cap in seconds); about 9 minutes in all.
+PERF_RUNS = (
+    ("perf-update", ["benchmarks/rlhf_gpu_perf.py", "--out", "{results}"], 180),
+    ("perf-rollout-toy", ["benchmarks/rlhf_generation.py", "--repeats", "5", "--compile"], 150),
+    ("perf-rollout-real", ["benchmarks/rlhf_generation.py", "--shape", "real", "--repeats", "3",
+                           "--compile"], 210),
+)  # fmt: skip
 
 
 def versions() -> dict:
@@ -137,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--only",
-        help=f"comma-separated subset of {','.join(CHECKS)} (default: all); without CUDA, "
+        help=f"comma-separated subset of {','.join(CHECKS)},perf (default: all but perf); "
+        "without CUDA, "
         "naming docs runs the docs check on the CPU, its gpu blocks skipped",
     )
     args = parser.parse_args(argv)
@@ -151,8 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.deadline is None:
         parser.error("--deadline is required")
     only = (args.only or ",".join(CHECKS)).split(",")
-    if unknown := [name for name in only if name not in CHECKS]:
-        parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)}")
+    if unknown := [name for name in only if name not in (*CHECKS, "perf")]:
+        parser.error(f"unknown check(s) {unknown}: choose from {','.join(CHECKS)},perf")
     results: Path = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     summary: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "versions": versions()}
@@ -188,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     if not cuda:
         cpu_docs = args.only is not None and "docs" in only  # asked for by name
         skipped = ("rollout", "learning") if cpu_docs else ("rollout", "learning", "docs")
+        skipped += ("perf",) if "perf" in only else ()
         for name in skipped:
             checks[name] = {"skipped": "no CUDA: torch.cuda.is_available() is False"}
         shown = ", ".join(skipped).replace("learning", "learning (with MFU)")
@@ -259,6 +274,17 @@ def main(argv: list[str] | None = None) -> int:
         docs["wall_s"] = round(sum(ran["wall_s"] for ran in docs["pages"].values()), 1)
         report("docs", f"{'PASS' if docs['ok'] else 'FAIL'}: {len(pages)} pages in "
                        f"{docs['wall_s']} s")  # fmt: skip
+    # f. perf, asked for by name: the actor update and the rollout at Qwen2.5-0.5B's real shape
+    if "perf" in only:
+        perf = checks["perf"] = {"runs": {}}
+        for name, arguments, cap in PERF_RUNS:
+            command = [python, *(a.format(results=results) for a in arguments)]
+            ran = perf["runs"][name] = run_check(name, command, min(cap, left()), results)
+            ran["ok"] = ran["exit_code"] == 0
+            verdict = "PASS" if ran["ok"] else ("KILLED" if ran["killed_at_cap"] else "FAIL")
+            report("perf", f"{name}: {verdict} in {ran['wall_s']} s (cap {ran['cap_s']} s), "
+                           f"see {ran['log']}")  # fmt: skip
+        perf["ok"] = all(ran["ok"] for ran in perf["runs"].values())
     shutil.rmtree(results / "gpu-grpo", ignore_errors=True)  # copied what matters above
     summary["ok"] = all(check["ok"] for check in checks.values())
     save()
