@@ -156,3 +156,55 @@ def test_the_trl_charts_redraw_from_the_committed_record(tmp_path):
     chinese = CHART.with_name("reward_vs_trl.zh.png")
     assert png_size(plot) == png_size(CHART)
     assert png_size(plot.with_name(chinese.name)) == png_size(chinese)
+
+
+def sweep_module():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import rlhf_gpu_sweep
+
+    return rlhf_gpu_sweep
+
+
+def test_every_sweep_configuration_is_a_valid_gpu_config_that_changes_its_knobs():
+    """A typo in a knob, or a value the preset already has, would spend a device window on
+    a run that fails at once or repeats the baseline."""
+    from reference_impl.rlhf.config import make_config
+
+    sweep = sweep_module()
+    baseline = make_config("grpo", "gpu")
+    assert sweep.SWEEP["baseline"] == {}
+    for name, knobs in sweep.SWEEP.items():
+        config = make_config("grpo", "gpu", **knobs)  # raises ConfigError on a bad knob
+        for knob, value in knobs.items():
+            assert getattr(baseline, knob) != value == getattr(config, knob), (name, knob)
+
+
+def test_the_sweep_winner_is_the_soonest_to_reach_the_target_else_the_best_mean():
+    winner = sweep_module().winner
+    runs = {
+        "a": {"reached": False, "best_5_step_mean": 0.89},
+        "b": {"reached": True, "rl_seconds_to_target": 80.0, "best_5_step_mean": 0.9},
+        "c": {"reached": True, "rl_seconds_to_target": 60.0, "best_5_step_mean": 0.91},
+    }
+    assert winner(runs) == "c"
+    assert winner({k: {**v, "reached": False} for k, v in runs.items()}) == "c"
+    runs["c"]["best_5_step_mean"] = 0.5
+    assert winner({k: {**v, "reached": False} for k, v in runs.items()}) == "b"
+    assert winner({"x": {"reached": False, "best_5_step_mean": None}}) is None
+
+
+@pytest.mark.rlhf
+def test_the_sweep_runs_on_the_cpu_preset_and_records_its_diagnostics(tmp_path):
+    script = REPO / "benchmarks" / "rlhf_gpu_sweep.py"
+    # 90 s: learning_run keeps 60 of them for start-up and the warm-up, so RL gets 30.
+    command = [sys.executable, str(script), "--preset", "cpu", "--seconds", "90",
+               "--only", "baseline", "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads((tmp_path / "sweep.json").read_text())
+    assert summary["winner"] == "baseline"
+    run = summary["runs"]["baseline"]
+    assert run["steps"] > 0 and run["best_5_step_mean"] is not None, run
+    medians = run["median"]
+    assert 0 <= medians["reward/zero_variance_groups"] <= 1
+    assert 0 <= medians["actor/grad_clipped"] <= 1 and medians["actor/entropy"] > 0

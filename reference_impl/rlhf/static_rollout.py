@@ -1,13 +1,14 @@
 """Rollout that is not launch-bound: a static KV cache and one CUDA graph per decode step.
 
-:func:`reference_impl.rlhf.rollout.generate` runs each decode step as Python: a forward
-pass of a few hundred small kernels, then sampling, then ``finished.all()``, which waits
-for the GPU. At a small batch the GPU finishes each kernel before Python has launched the
-next, so tokens per second is set by the CPU, not the GPU. Inference engines remove that
-cost by capturing the decode step once as a CUDA graph and replaying it (vLLM does, unless
-veRL's ``actor_rollout_ref.rollout.enforce_eager`` is set; its default is ``False``:
-``verl/workers/config/rollout.py`` (``RolloutConfig``) at 0.9.1). A graph needs three things,
-and this module gives them:
+:func:`reference_impl.rlhf.rollout.generate` runs each decode step as Python: a forward pass
+of many small kernels (each of the model's layers launches its own), then sampling, then
+``finished.all()``, which waits for the GPU. At a small batch the GPU finishes each kernel
+before Python has launched the next, so tokens per second is set by the CPU, not the GPU.
+Inference engines remove that cost by capturing the decode step ahead of time as CUDA
+graphs, one per batch size, and replaying them (vLLM and SGLang do, unless veRL's
+``actor_rollout_ref.rollout.enforce_eager`` is set; its default is ``False``:
+``verl/workers/config/rollout.py`` (``RolloutConfig``) at 0.9.1). A graph needs three
+things, and this module gives them:
 
 * **Fixed addresses.** Every tensor the step reads or writes lives at one address for the
   life of the graph: a ``transformers`` ``StaticCache`` (keys and values preallocated for
@@ -28,8 +29,10 @@ only in place, with ``copy_`` or ``load_state_dict``: a graph keeps reading the 
 was captured with, and a parameter replaced by a new tensor would be silently ignored.
 
 Output: :func:`rollout.generate`'s dict, plus ``rollout_log_probs`` float32 [b, R], the
-log-probability of each sampled token under ``softmax(logits / T)`` (0 after EOS), veRL's
-name for what its rollout returns with ``calculate_log_probs``.
+log-probability of each sampled token under ``softmax(logits / T)`` before top-p filtering,
+as ``response_log_probs`` computes it (0 after EOS): veRL's name for what its rollout
+returns with ``calculate_log_probs``. This object serves one shape; an engine that captures
+several batch sizes pads a batch up to the nearest one.
 """
 
 from __future__ import annotations
