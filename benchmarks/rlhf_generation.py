@@ -119,12 +119,19 @@ def main(repeats: int, shape: str = "toy", compile_column: bool = False) -> floa
             torch.cuda.synchronize()
         return tokens / (time.perf_counter() - start)
 
-    for fn in columns.values():  # warm-up: allocation, kernel selection, graph capture, compile
+    # Each step is printed as it ends, so a run killed at its time limit still shows how far
+    # it got: the warm-up of each column (allocation, kernel selection, graph capture, and
+    # for --compile the compilation) and every repeat's rates.
+    for name, fn in columns.items():
+        start = time.perf_counter()
         fn()
+        print(f"warm-up {name}: {time.perf_counter() - start:.1f} s", flush=True)
     rates = {name: [] for name in columns}
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for name, fn in columns.items():
             rates[name].append(rate(fn))
+        shown = ", ".join(f"{name} {values[-1]:.0f}" for name, values in rates.items())
+        print(f"repeat {repeat + 1}: {shown} tokens/s", flush=True)
     median = {name: statistics.median(v) for name, v in rates.items()}
     base = median["transformers generate()"]
     print(
