@@ -183,8 +183,9 @@ class StaticRollout:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            for _ in range(2):
-                self._step()
+            # One step: more would write past the last response column when max_new_tokens
+            # is 2 (the prefill drew column 0, this step draws column 1).
+            self._step()
         torch.cuda.current_stream().wait_stream(side)
         with torch.cuda.graph(graph):
             self._step()
@@ -211,8 +212,8 @@ class StaticRollout:
                 f"for {self.shape} (batch, prompt_length); a captured graph serves one shape: "
                 "build one StaticRollout per shape"
             )
-        if self.cuda_graph and self.graph is None:
-            self._capture(prompts)
+        if self.cuda_graph and self.graph is None and self.max_new_tokens > 1:
+            self._capture(prompts)  # with one new token no step follows the prefill
         self._prefill(prompts)
         for done in range(1, self.max_new_tokens):
             if done % self.check_every == 0 and bool(self.finished.all()):  # the only sync
