@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from reference_impl.rlhf import engine
 from reference_impl.rlhf.model import PRESETS, build_actor, qwen2_config
 from reference_impl.rlhf.rollout import generate, response_log_probs, top_p_filter
 from reference_impl.rlhf.static_rollout import StaticRollout
@@ -152,3 +153,18 @@ def test_bad_shapes_and_devices_are_named(model):
         StaticRollout(model, BATCH, PROMPT, NEW, EOS, PAD, cuda_graph=True)
     with pytest.raises(ValueError, match="check_every must be at least 1, got 0"):
         StaticRollout(model, BATCH, PROMPT, NEW, EOS, PAD, check_every=0)
+
+
+def test_the_rollout_copy_casts_parameters_and_keeps_the_rotary_frequencies(model):
+    # On GPU the trainer samples from a bf16 copy of the actor (engine.rollout_copy). The
+    # actor's rotary frequencies stay fp32 (FSDP2 casts parameters only); a copy made with
+    # Module.to(bfloat16) would round them too, and shift every angle at long positions.
+    rollout = engine.rollout_copy(model, "cpu", torch.bfloat16)
+    for name, param in rollout.named_parameters():
+        assert param.dtype == torch.bfloat16, name
+        assert torch.equal(param, model.get_parameter(name).to(torch.bfloat16)), name
+    buffers = dict(model.named_buffers())
+    assert any(name.endswith("inv_freq") for name in buffers)
+    for name, buffer in rollout.named_buffers():
+        assert buffer.dtype == buffers[name].dtype and torch.equal(buffer, buffers[name]), name
+    assert not rollout.training and model.get_parameter("lm_head.weight").dtype == torch.float32

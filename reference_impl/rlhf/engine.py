@@ -13,6 +13,8 @@
   (``verl/workers/engine_workers.py`` (``ActorRolloutRefWorker.update_weights``)); we
   copy them into a rollout model in the same process instead. :func:`full_state_dict`
   returns the same weights as a state dict, gathered one tensor at a time.
+* :func:`rollout_copy` makes that rollout model: parameters in bf16 on GPU, the rotary
+  embedding's frequencies left in fp32.
 * :func:`device_mesh` builds veRL's mesh from ``fsdp_size``: every parameter split over
   all ranks (the default), or over groups of ``fsdp_size`` ranks that are replicated.
 * :func:`save` / :func:`load` write and read a sharded checkpoint with
@@ -27,6 +29,7 @@ for ``fully_shard``.
 
 from __future__ import annotations
 
+import copy
 import os
 
 import torch
@@ -113,6 +116,26 @@ def shard(
         fully_shard(layer, **options)
     fully_shard(model, **options)
     return model
+
+
+def rollout_copy(model: torch.nn.Module, device: str, dtype: torch.dtype) -> torch.nn.Module:
+    """A copy of ``model`` to sample from, on ``device``: parameters in ``dtype``, buffers kept.
+
+    ``Module.to(dtype)`` would cast the floating-point buffers too, among them the rotary
+    embedding's ``inv_freq`` (float32 [head_dim / 2]). Rounded to bf16 (8 significant bits),
+    a frequency is off by up to 2**-9 of itself, and the angle ``position * inv_freq`` by as
+    much: with Qwen2.5-0.5B's frequencies (head_dim 64, rope_theta 1e6), by up to 0.94 rad
+    at position 1,000 and 1.45 rad at 1,536 (computed). The actor keeps float32 buffers
+    (FSDP2's ``MixedPrecisionPolicy`` casts parameters only: :func:`shard`), so the sampler
+    would then score long responses under different positions than the actor's log-prob
+    pass. Parameters change later only in place (:func:`copy_full_weights`), as a CUDA
+    graph needs (``reference_impl/rlhf/static_rollout.py``).
+    """
+    rollout = copy.deepcopy(model).to(device)
+    with torch.no_grad():
+        for param in rollout.parameters():
+            param.data = param.data.to(dtype)  # the same Parameter object, its tensor cast
+    return rollout.eval()
 
 
 def copy_full_weights(sharded: torch.nn.Module, dest: torch.nn.Module) -> None:

@@ -184,7 +184,8 @@ class _ModelWorker(Worker):
         self.config = config
         self.device = self.config.device
         # Trained models keep fp32 master weights (engine.shard computes in bf16 on GPU);
-        # the rollout copy only generates, so on GPU it is bf16 outright.
+        # the rollout copy only generates, so on GPU its parameters are bf16 outright
+        # (engine.rollout_copy keeps the rotary frequencies in fp32).
         self.rollout_dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         self.tokenizer = CharTokenizer()
         tok = self.tokenizer
@@ -243,7 +244,7 @@ class ActorRolloutRefWorker(_ModelWorker):
         # One random initialisation; the reference and the rollout copy start as copies of
         # it (drawing 358M random numbers three times took most of the gpu preset's start).
         model = build_actor(self.model_config, c.seed)
-        self.rollout = copy.deepcopy(model).to(self.device, self.rollout_dtype).eval()
+        self.rollout = engine.rollout_copy(model, self.device, self.rollout_dtype)
         self.ref = self._shard(copy.deepcopy(model))
         self.ref.requires_grad_(False)
         self.actor = self._shard(model)
