@@ -100,6 +100,30 @@ def test_rollout_speed_benchmark_reports_the_ratio_to_transformers_generate():
     assert static and float(static.group(1)) > 0, done.stdout
 
 
+def test_a_column_that_fails_its_warm_up_is_left_out_only_if_optional(capsys):
+    """A CUDA graph that cannot be captured, or a compiler missing on the GPU machine, must
+    not cost the window the baselines' figures; a baseline's own error must still stop it."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from rlhf_generation import warm_up
+
+    def fails():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    calls = []
+    columns = {
+        "rollout.generate": lambda: calls.append("ours"),
+        "StaticRollout (CUDA graph)": fails,
+        "transformers generate()": lambda: calls.append("hf"),
+        "transformers static + compile": fails,
+    }
+    assert list(warm_up(columns)) == ["rollout.generate", "transformers generate()"]
+    assert calls == ["ours", "hf"]
+    printed = capsys.readouterr().out
+    assert printed.count("failed, left out: RuntimeError: operation not permitted") == 2
+    with pytest.raises(RuntimeError, match="capturing"):
+        warm_up({"transformers generate()": fails})
+
+
 @pytest.mark.rlhf
 def test_gpu_costs_benchmark_runs_its_measurements_on_the_cpu_preset():
     """benchmarks/rlhf_gpu_costs.py, the source of the chapter's GPU cost figures, on CPU."""

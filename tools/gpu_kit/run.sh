@@ -14,7 +14,7 @@
 # Settings: GPU_KIT_DIR (default .gpu-kit), GPU_KIT_SITE (where the kit is installed,
 # default /tmp/gpu-kit-site), GPU_KIT_LIMIT_S, PYTHON (default python3), GPU_KIT_CHECKS
 # (a comma-separated subset of smoke,rollout,learning,docs,perf; default all but perf, which
-# measures at a real shape and is run on its own: GPU_KIT_CHECKS=smoke,perf GPU_KIT_LIMIT_S=600).
+# measures at a real shape and is run on its own: GPU_KIT_CHECKS=smoke,perf GPU_KIT_LIMIT_S=570).
 set -uo pipefail
 if [ $# -ne 1 ]; then
   echo "usage: bash tools/gpu_kit/run.sh RESULTS_DIR" >&2
