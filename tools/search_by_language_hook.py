@@ -1,4 +1,5 @@
-"""MkDocs hook: Chinese search that knows the glossary, and one search index per language.
+"""MkDocs hook: Chinese search that knows the glossary, one search index per language, and
+two fixes to Material's search worker.
 
 1. **Glossary terms are words.** Material segments Chinese text with jieba before indexing
    it. jieba's own dictionary splits most of the handbook's terms (放置|组, 资源|池,
@@ -21,12 +22,27 @@
    ends at the query's last character: whenever a prefix of the query is a word, the last
    character is dropped and the prefix searched with a wildcard (超时 became 超*, and the
    first result was a page about 超过). ``on_post_build`` patches that one bound in the
-   built worker (``o<t.length`` to ``o<=t.length``) and fails the build if Material's code
-   no longer has it, so an upgrade cannot undo the fix silently.
+   built worker (``o<t.length`` to ``o<=t.length``).
 
-``tests/browser/test_site.py`` checks all three: glossary terms land on their page, a
-Chinese search for ``DataProto`` lands on a Chinese page, and the first result for 超时 and
-资源池 is the page about them.
+4. **Every word of the index can be found.** lunr 2.3.9, which Material's worker bundles,
+   stores the vocabulary as a minimised automaton (``lunr.TokenSet``), and merges two states
+   when their ``toString()`` keys are equal. A key is the final flag followed by each edge's
+   one-character label and the target state's id, with nothing between them, so a digit label
+   makes keys ambiguous: edges {1: 1125} and {1: 11, 2: 5} both read ``011125``. Which states
+   collide depends on the whole vocabulary. Once this handbook's did, the automaton lost the
+   word 1712.05889v1 and gained 1712.0 and 1712.9, which the index lacks; a query with a
+   word that they start with (1, 17, 1712, as in the pasted message ``1 worker(s) were
+   killed ...``) threw inside the worker, and the reader saw "No matching documents".
+   ``on_post_build`` ends each edge's part of the key with a comma: a label is one
+   character and an id has only digits, so equal keys mean equal states again.
+
+Both fixes to the worker are text replacements in Material 9.8.1's minified bundle; each
+fails the build if its text is gone, so an upgrade cannot undo one silently.
+
+``tests/browser/test_site.py`` checks all four: glossary terms land on their page, a Chinese
+search for ``DataProto`` lands on a Chinese page, the first result for 超时 and 资源池 is the
+page about them, and the index that the worker builds finds every word it holds, in both
+languages.
 """
 
 from __future__ import annotations
@@ -76,26 +92,44 @@ def on_post_page(output: str, page, **kwargs) -> str:
     return re.sub(r'("base": ")([^"]*)(")', lambda m: f"{m[1]}{m[2]}/zh/{m[3]}", output, count=1)
 
 
-# Material 9.8.1's query segmentation: every word that starts at s and ends before the last
-# character; the fix lets a word end at the last character too.
-SEGMENT_LOOP = "for(let o=s+1;o<t.length;o++)t.slice(s,o)in e"
-SEGMENT_LOOP_FIXED = "for(let o=s+1;o<=t.length;o++)t.slice(s,o)in e"
+# Text replacements in Material 9.8.1's search worker (assets/javascripts/workers/search.*.min.js),
+# as (what it fixes, Material's text, the fixed text).
+WORKER_FIXES = (
+    # Query segmentation (point 3): every word that starts at s and ends before the last
+    # character; the fix lets a word end at the last character too.
+    (
+        "a Chinese query's last character",
+        "for(let o=s+1;o<t.length;o++)t.slice(s,o)in e",
+        "for(let o=s+1;o<=t.length;o++)t.slice(s,o)in e",
+    ),
+    # lunr.TokenSet.prototype.toString (point 4): final flag, then label + id per edge; the
+    # fix ends each edge's part with a comma.
+    (
+        "lunr's vocabulary automaton",
+        "e=e+s+o.id}return e",
+        'e=e+s+o.id+","}return e',
+    ),
+)
 
 
 def patch_search_worker(site_dir: Path) -> None:
-    """Let a Chinese query's last word end at its last character (see point 3 above)."""
-    workers = sorted(site_dir.glob("assets/javascripts/workers/search.*.min.js"))
-    for worker in workers:
+    """Apply WORKER_FIXES to the built worker (points 3 and 4 above).
+
+    Raises PluginError if Material's text for a fix is not found exactly once.
+    """
+    for worker in sorted(site_dir.glob("assets/javascripts/workers/search.*.min.js")):
         code = worker.read_text(encoding="utf-8")
-        if SEGMENT_LOOP_FIXED in code:
-            continue
-        if code.count(SEGMENT_LOOP) != 1:
-            raise PluginError(
-                f"{worker.name}: Material's query segmentation changed, so the fix for Chinese "
-                f"queries no longer applies; look for {SEGMENT_LOOP!r} and update "
-                "tools/search_by_language_hook.py"
-            )
-        worker.write_text(code.replace(SEGMENT_LOOP, SEGMENT_LOOP_FIXED), encoding="utf-8")
+        for what, text, fixed in WORKER_FIXES:
+            if fixed in code:
+                continue
+            if code.count(text) != 1:
+                raise PluginError(
+                    f"{worker.name}: Material's search worker changed, so the fix for {what} "
+                    f"no longer applies; look for {text!r} and update "
+                    "tools/search_by_language_hook.py"
+                )
+            code = code.replace(text, fixed)
+        worker.write_text(code, encoding="utf-8")
 
 
 @event_priority(-200)  # after mkdocs-static-i18n (-100) has written the joint index

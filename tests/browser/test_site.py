@@ -246,29 +246,44 @@ SEARCHES = [
 ]
 
 
+@dataclass
+class SearchPage:
+    page: object  # playwright.sync_api.Page: the `browser` extra, absent in `nox -s tests`
+    warnings: list[str]  # console warnings; the search worker reports a query that threw
+
+
 @pytest.fixture(scope="module")
 def search_pages(site, browser):
     """A home page per language, kept open: the index is built once per language, not per query."""
-    pages = {}
+    pages: dict[str, SearchPage] = {}
     yield pages
-    for page in pages.values():
-        page.close()
+    for searched in pages.values():
+        searched.page.close()
 
 
-def search(site: Site, browser, pages: dict, lang: str, query: str) -> list[str]:
+def search(site: Site, browser, pages: dict[str, SearchPage], lang: str, query: str) -> list[str]:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # the `browser` extra
+
     if lang not in pages:
-        pages[lang] = browser.new_page()
-        pages[lang].goto(site.url(lang, ""))
-    page = pages[lang]
+        pages[lang] = SearchPage(browser.new_page(), [])
+        warnings = pages[lang].warnings
+        pages[lang].page.on("console", lambda m: m.type == "warning" and warnings.append(m.text))
+        pages[lang].page.goto(site.url(lang, ""))
+    page, warnings = pages[lang].page, pages[lang].warnings
     # Material searches on keyup: clear the box (which empties the results), then type.
     box = page.locator(".md-search__input")
     box.fill("")
     box.press("End")
     page.wait_for_selector(".md-search-result__item", state="detached")
+    warnings.clear()
     box.fill(query)
     box.press("End")
     # Building the index takes a while on a busy machine; results appear once it is ready.
-    page.wait_for_selector(".md-search-result__item", timeout=60_000)
+    try:
+        page.wait_for_selector(".md-search-result__item", timeout=60_000)
+    except PlaywrightTimeout:
+        meta = page.locator(".md-search-result__meta").inner_text()
+        pytest.fail(f"search {query!r} ({lang}): no results in 60 s: {meta!r}; {warnings}")
     return page.eval_on_selector_all(
         ".md-search-result__item > .md-search-result__link", "links => links.map(a => a.href)"
     )
@@ -298,7 +313,7 @@ def test_a_chinese_query_keeps_its_last_character(site, browser, search_pages, q
     (超时 was searched as 超*, and the first result was about 超过): the first result must
     contain the whole query (tools/search_by_language_hook.py patches the worker)."""
     search(site, browser, search_pages, "zh", query)
-    first = search_pages["zh"].locator(".md-search-result__item").first
+    first = search_pages["zh"].page.locator(".md-search-result__item").first
     assert query in first.inner_text(), f"search {query!r}: first result {first.inner_text()!r}"
     if page:
         href = first.locator(".md-search-result__link").first.get_attribute("href")
@@ -312,6 +327,64 @@ def test_search_returns_pages_of_the_readers_language(site, browser, search_page
     zh_root = site.url("zh", "")
     in_language = [href.startswith(zh_root) == (lang == "zh") for href in hrefs]
     assert hrefs and all(in_language), f"search 'DataProto' ({lang}): {hrefs[:5]}"
+
+
+# A worker beside Material's: it loads the built (and patched) search worker, then reports,
+# when lunr builds the index, the words of the index that its vocabulary automaton
+# (lunr.TokenSet) lost and the ones it invented. A lost word is never found; an invented one
+# makes every query with a prefix of it throw (tools/search_by_language_hook.py, point 4).
+INDEX_CHECK_WORKER = """
+importScripts("WORKER");
+const build = lunr.Builder.prototype.build;
+lunr.Builder.prototype.build = function () {
+  const index = build.call(this);
+  const words = Object.keys(index.invertedIndex);
+  const automaton = new Set(index.tokenSet.toArray());
+  postMessage({
+    words: words.length,
+    lost: words.filter((word) => !automaton.has(word)),
+    invented: [...automaton].filter((word) => !(word in index.invertedIndex)),
+  });
+  return index;
+};
+"""
+
+# In a page of the site: start the checking worker and send it Material's setup message
+# (type 0, the index and its config), as the page's own search does; wait at most 120 s.
+RUN_INDEX_CHECK = """async ([workerUrl, indexUrl]) => {
+  const index = await (await fetch(indexUrl)).json();
+  const worker = new Worker(workerUrl);
+  const report = new Promise((resolve) => worker.addEventListener("message", (event) => {
+    if ("lost" in event.data) resolve(event.data);
+  }));
+  worker.postMessage({type: 0, data: {...index, options: {}}});
+  const late = new Promise((_, reject) => setTimeout(() => reject(new Error("no report")), 120000));
+  try { return await Promise.race([report, late]); } finally { worker.terminate(); }
+}"""
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_search_index_finds_every_word_it_holds(site, browser, lang):
+    """Each word of the index is in the automaton that queries are matched against, and no
+    other word is: with lunr's own toString() this handbook's English index lost 1712.05889v1
+    and invented 1712.0 and 1712.9, and a search for "1 worker(s) were killed" found nothing."""
+    workers = site.root / "assets" / "javascripts" / "workers"
+    (material,) = [w.name for w in workers.glob("search.*.min.js")]
+    (workers / "index-check.js").write_text(INDEX_CHECK_WORKER.replace("WORKER", material))
+    page = browser.new_page()
+    try:
+        page.goto(site.url(lang, ""))
+        report = page.evaluate(
+            RUN_INDEX_CHECK,
+            [
+                site.base + "assets/javascripts/workers/index-check.js",
+                site.url(lang, "search/search_index.json"),
+            ],
+        )
+    finally:
+        page.close()
+    assert report["words"] > 1000, report  # the check ran on the real vocabulary
+    assert not report["lost"] and not report["invented"], f"{lang}: {report}"
 
 
 # A reader pastes the message they see into the search box (troubleshooting chapter, #14):
