@@ -28,11 +28,12 @@ two fixes to Material's search worker.
    stores the vocabulary as a minimised automaton (``lunr.TokenSet``), and merges two states
    when their ``toString()`` keys are equal. A key is the final flag followed by each edge's
    one-character label and the target state's id, with nothing between them, so a digit label
-   makes keys ambiguous: edges {1: 1125} and {1: 11, 2: 5} both read ``011125``. Which states
-   collide depends on the whole vocabulary. Once this handbook's did, the automaton lost the
-   word 1712.05889v1 and gained 1712.0 and 1712.9, which the index lacks; a query with a
-   word that they start with (1, 17, 1712, as in the pasted message ``1 worker(s) were
-   killed ...``) threw inside the worker, and the reader saw "No matching documents".
+   makes keys ambiguous: two non-final states with edges {1: 1125} and {1: 11, 2: 5} both
+   read ``011125``. Which states collide depends on the whole vocabulary. Once this
+   handbook's did, the automaton lost the word 1712.05889v1 and gained 1712.0 and 1712.9,
+   which the index lacks; a query with a word that they start with (1, 17, 1712, as in the
+   pasted message ``1 worker(s) were killed ...``) threw inside the worker, and the reader
+   saw "No matching documents".
    ``on_post_build`` ends each edge's part of the key with a comma: a label is one
    character and an id has only digits, so equal keys mean equal states again.
 
